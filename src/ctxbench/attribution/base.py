@@ -1,0 +1,178 @@
+"""Attributor interface, result type, method registry and the helpers every method shares.
+
+Coordinates: the model input has T tokens; ``input_ids[gen_start:]`` are the G generated tokens; ``prompt_positions``
+(P,) locate the user-prompt tokens. Attribution columns are the P prompt tokens then the G generated tokens
+(chat-template tokens dropped). Spans are closed intervals ``(start, end)`` in generated-token coordinates.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+Span = Optional[Sequence[int]]
+
+
+@dataclass
+class AttributionResult:
+    """``matrix``: float32 (G, P+G), NaN rows where the method wrote nothing.
+
+    ``hop_vectors``: (K+1, P+G) per-hop token vectors of multi-hop methods (hop 0 first; for ``_both`` methods with
+    stop tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True
+    for prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens).
+    ``observation_mask``: (P+G,) the mask m of §4.3. ``timings``: seconds (``capture``, ``attribution``, ``total``).
+    """
+
+    matrix: np.ndarray
+    method: str
+    P: int
+    G: int
+    hop_vectors: Optional[np.ndarray] = None
+    rho: Optional[list] = None
+    prompt_stop_mask: Optional[np.ndarray] = None
+    gen_stop_mask: Optional[np.ndarray] = None
+    observation_mask: Optional[np.ndarray] = None
+    rows_written: Optional[np.ndarray] = None  # generated-token indices whose row is filled
+    timings: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+
+    @property
+    def prompt_matrix(self) -> np.ndarray:
+        return self.matrix[:, :self.P]
+
+
+class Attributor(ABC):
+    """Builds a G x (P+G) attribution matrix for one model input."""
+
+    method: str = ""
+
+    def __init__(self, **params: Any):
+        self.params = dict(params)
+
+    def attribute(self, model, tokenizer, model_input, sink_span: Span = None,
+                  thinking_span: Span = None) -> AttributionResult:
+        t0 = time.perf_counter()
+        ctx = InputContext.from_model_input(model, model_input)
+        sink = check_span(sink_span, ctx.G, "sink_span")
+        think = check_span(thinking_span, ctx.G, "thinking_span")
+        timings: dict = {}
+        res = self._attribute(model, tokenizer, ctx, sink, think, timings)
+        timings["total"] = time.perf_counter() - t0
+        res.timings = timings
+        res.params = dict(self.params)
+        return res
+
+    @abstractmethod
+    def _attribute(self, model, tokenizer, ctx: "InputContext", sink, think, timings: dict) -> AttributionResult:
+        ...
+
+
+@dataclass
+class InputContext:
+    input_ids: torch.Tensor  # (T,) on the model's device
+    prompt_positions: torch.Tensor  # (P,) on the model's device
+    gen_start: int
+
+    @classmethod
+    def from_model_input(cls, model, mi) -> "InputContext":
+        dev = next(model.parameters()).device
+        ids = torch.as_tensor(mi.input_ids, dtype=torch.long).reshape(-1).to(dev)
+        pp = torch.as_tensor(mi.prompt_positions, dtype=torch.long).reshape(-1).to(dev)
+        gs = int(mi.gen_start)
+        if not 0 < gs <= ids.numel():
+            raise ValueError(f"gen_start={gs} outside the input of {ids.numel()} tokens")
+        if pp.numel() and (int(pp.max()) >= gs or int(pp.min()) < 0):
+            raise ValueError("prompt_positions must lie before gen_start")
+        return cls(ids, pp, gs)
+
+    @property
+    def T(self) -> int:
+        return int(self.input_ids.numel())
+
+    @property
+    def P(self) -> int:
+        return int(self.prompt_positions.numel())
+
+    @property
+    def G(self) -> int:
+        return self.T - self.gen_start
+
+    @property
+    def columns(self) -> torch.Tensor:
+        """Absolute positions of the P+G attribution columns."""
+        gen = torch.arange(self.gen_start, self.T, device=self.input_ids.device)
+        return torch.cat([self.prompt_positions, gen])
+
+    def to_columns(self, v: torch.Tensor) -> torch.Tensor:
+        """Project a full-sequence vector (..., T) onto the columns (..., P+G)."""
+        return v[..., self.columns]
+
+    def gen_rows(self, span) -> torch.Tensor:
+        """Absolute positions of a closed generated-token span."""
+        return torch.arange(self.gen_start + span[0], self.gen_start + span[1] + 1, device=self.input_ids.device)
+
+
+def check_span(span: Span, G: int, name: str):
+    if span is None:
+        return None
+    s, e = int(span[0]), int(span[1])
+    if not 0 <= s <= e < G:
+        raise ValueError(f"{name}={list(span)} is not a closed interval inside the {G} generated tokens")
+    return (s, e)
+
+
+def empty_matrix(G: int, P: int) -> np.ndarray:
+    return np.full((G, P + G), np.nan, dtype=np.float32)
+
+
+def causal_column_mask(P: int, G: int) -> np.ndarray:
+    """(G, P+G) True where generated token t may be attributed: every prompt token and generated tokens before t."""
+    m = np.zeros((G, P + G), dtype=bool)
+    m[:, :P] = True
+    m[:, P:] = np.tri(G, G, -1, dtype=bool)
+    return m
+
+
+# --- stop tokens (the "_both" methods) ---------------------------------------------------------------------------
+
+STOP_STRINGS = (",", ".")
+
+
+def is_stop_text(text: str) -> bool:
+    """A stop token strips to "," or "." or to nothing (whitespace-only)."""
+    t = text.strip()
+    return t == "" or t in STOP_STRINGS
+
+
+def stop_mask(tokenizer, ids) -> np.ndarray:
+    ids = [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
+    return np.array([is_stop_text(tokenizer.decode([i])) for i in ids], dtype=bool)
+
+
+# --- registry -------------------------------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, Callable[..., Attributor]] = {}
+
+
+def register(name: str):
+    def deco(cls):
+        cls.method = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def available_methods() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def build_attributor(method: str, **params: Any) -> Attributor:
+    """Make the attributor for ``method`` (see ``available_methods()``); unknown parameters are refused."""
+    if method not in _REGISTRY:
+        raise ValueError(f"unknown attribution method {method!r}; available: {', '.join(available_methods())}")
+    return _REGISTRY[method](**params)

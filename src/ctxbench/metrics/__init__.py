@@ -1,0 +1,1 @@
+"""Metrics of the run stage: faithfulness (RISE, MAS, RISE+AP), recovery (Recall@10%), coverage (legacy)."""

@@ -1,0 +1,59 @@
+"""Sentence-level coverage (spec §5.3, legacy): does each gold sentence get about its fair share of the attribution?
+
+Per gold sentence g: ``ratio_g = |mass on g| / total prompt mass`` with ``E = 1 / #gold``; reported are the fractions of
+gold sentences with ratio in (E/2, 3E/2), above E/2, and above E. As in the reference, a sentence's mass is the absolute
+value of its summed token weights and the total is the sum of those absolute masses over all sentences (tokens outside
+every sentence form one extra part of the total, so no prompt mass is lost).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+COVERAGE_KEYS = ("within", "above_half", "above_mean")
+
+
+def token_sentences(token_offsets: Sequence[Sequence[int]], sentence_spans: Sequence[Sequence[int]]) -> np.ndarray:
+    """For each token, the sentence sharing the most characters with it (the earlier one on a tie), or -1 when it
+    overlaps none (zero-width tokens, whitespace between sentences)."""
+    starts = np.array([s for s, _ in sentence_spans], dtype=np.int64)
+    ends = np.array([e for _, e in sentence_spans], dtype=np.int64)
+    out = np.full(len(token_offsets), -1, dtype=np.int64)
+    if starts.size == 0:
+        return out
+    for i, (a, b) in enumerate(token_offsets):
+        overlap = np.minimum(ends, b) - np.maximum(starts, a)
+        j = int(np.argmax(overlap))  # argmax returns the first maximum
+        if overlap[j] > 0:
+            out[i] = j
+    return out
+
+
+def sentence_masses(w, token_offsets, sentence_spans) -> tuple[np.ndarray, float]:
+    """Summed token weights per sentence (S,) and the summed weight of tokens outside every sentence."""
+    w = np.nan_to_num(np.asarray(w, dtype=np.float64).reshape(-1), nan=0.0)
+    if w.shape[0] != len(token_offsets):
+        raise ValueError(f"{w.shape[0]} weights for {len(token_offsets)} token offsets")
+    owner = token_sentences(token_offsets, sentence_spans)
+    masses = np.bincount(owner[owner >= 0], weights=w[owner >= 0], minlength=len(sentence_spans))
+    return masses, float(w[owner < 0].sum())
+
+
+def coverage(w, token_offsets, sentence_spans, gold_sentences: Iterable[int]) -> Optional[dict[str, float]]:
+    """The three coverage fractions; None when there is no gold sentence, zeros when the prompt carries no mass."""
+    gold = sorted({int(g) for g in gold_sentences})
+    if not gold:
+        return None
+    if gold[0] < 0 or gold[-1] >= len(sentence_spans):
+        raise ValueError(f"gold sentence index out of range for {len(sentence_spans)} sentences")
+    masses, rest = sentence_masses(w, token_offsets, sentence_spans)
+    total = float(np.abs(masses).sum() + abs(rest))
+    if total == 0:
+        return dict.fromkeys(COVERAGE_KEYS, 0.0)
+    ratios = np.abs(masses[gold]) / total
+    e = 1.0 / len(gold)
+    return {"within": float(np.mean((ratios > e / 2) & (ratios < 1.5 * e))),
+            "above_half": float(np.mean(ratios > e / 2)),
+            "above_mean": float(np.mean(ratios > e))}

@@ -1,0 +1,301 @@
+"""Token-level faithfulness by guided deletion: RISE, MAS and RISE+AP (spec §5.1; lower is better).
+
+Prompt tokens are ranked by their attribution weight ``w`` and deleted (replaced by the pad id, the EOS id) in
+K = min(20, P) cumulative blocks; ``s_t`` is the log-probability of the generated tokens after t blocks are gone.
+
+All views of one example are scored together: every distinct perturbed input (keyed by the set of deleted prompt tokens)
+is run once, several per forward pass, and views with the same blocks share their curves. The step-0 input (nothing
+deleted) and the last one (every rankable token deleted) are common to all views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Protocol, Sequence
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+MAX_STEPS = 20
+METRIC_NAMES = ("RISE", "MAS", "RISE+AP")
+
+
+class _ModelInputLike(Protocol):
+    """What the scorer needs of ``ctxbench.prompts.formats.ModelInput``."""
+
+    input_ids: torch.Tensor  # (T,): formatted prompt, then the G generated tokens
+    prompt_positions: torch.Tensor  # (P,)
+    gen_start: int
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Deletion schedule and density
+
+
+@dataclass(frozen=True)
+class DeletionSchedule:
+    """The blocks of prompt-token indices (0..P-1) deleted at steps 1..K, in order, and the density curve (K+1)."""
+
+    blocks: tuple[np.ndarray, ...]
+    density: np.ndarray
+
+    @property
+    def steps(self) -> int:
+        return len(self.blocks)
+
+
+def _as_weights(w) -> np.ndarray:
+    arr = np.asarray(w, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(arr)):
+        # Views already map NaN to 0 (spec §4.4); a NaN here is a bug upstream, and it would make the ranking arbitrary.
+        raise ValueError("attribution weights contain NaN or inf")
+    return arr
+
+
+def _rankable_indices(P: int, rank_mask) -> np.ndarray:
+    if rank_mask is None:
+        return np.arange(P)
+    mask = np.asarray(rank_mask, dtype=bool).reshape(-1)
+    if mask.shape[0] != P:
+        raise ValueError(f"rank_mask has {mask.shape[0]} entries for {P} prompt tokens")
+    return np.flatnonzero(mask)
+
+
+def deletion_order(w, rank_mask=None) -> np.ndarray:
+    """Rankable prompt indices by descending weight; equal weights keep position order (a stable sort), so the
+    schedule is reproducible across runs and platforms."""
+    w = _as_weights(w)
+    idx = _rankable_indices(w.shape[0], rank_mask)
+    return idx[np.argsort(-w[idx], kind="stable")]
+
+
+def block_sizes(n: int, max_steps: int = MAX_STEPS) -> list[int]:
+    """K = min(max_steps, n) sizes: floor(n / K) each, one more for the first n mod K blocks."""
+    if n <= 0:
+        return []
+    k = min(max_steps, n)
+    base, extra = divmod(n, k)
+    return [base + (1 if i < extra else 0) for i in range(k)]
+
+
+def density_curve(w, blocks: Sequence[np.ndarray], rank_mask=None) -> np.ndarray:
+    """``d_0 = 1, d_{t+1} = d_t - mass(block t) / sum w`` over the rankable tokens; linspace 1 -> 0 when sum w <= 0."""
+    w = _as_weights(w)
+    k = len(blocks)
+    total = float(w[_rankable_indices(w.shape[0], rank_mask)].sum())
+    if total <= 0:
+        return np.linspace(1.0, 0.0, k + 1)
+    masses = np.array([w[b].sum() for b in blocks], dtype=np.float64)
+    # The running subtraction written as 1 - cumulative mass: same values, without drift over the steps.
+    return np.concatenate([[1.0], 1.0 - np.cumsum(masses) / total])
+
+
+def deletion_schedule(w, rank_mask=None, max_steps: int = MAX_STEPS) -> DeletionSchedule:
+    order = deletion_order(w, rank_mask)
+    bounds = np.cumsum([0] + block_sizes(order.shape[0], max_steps))
+    blocks = tuple(order[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+    return DeletionSchedule(blocks=blocks, density=density_curve(w, blocks, rank_mask))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Scores from a deletion curve
+
+
+def auc(a) -> float:
+    """Trapezoidal area on a unit x-range: ``(sum a - a_0/2 - a_K/2) / K``; NaN when there is no step (K = 0)."""
+    a = np.asarray(a, dtype=np.float64)
+    k = a.shape[0] - 1
+    if k < 1:
+        return float("nan")
+    return float((a.sum() - a[0] / 2 - a[-1] / 2) / k)
+
+
+def normalized_curve(scores) -> np.ndarray:
+    """``n_t = min_{u<=t} clip((s_u - s_K) / |s_0 - s_K|, 0, 1)``.
+
+    Flat curve (``s_0 = s_K``): a step above s_K counts 1, below 0, equal carries no evidence and leaves the running
+    minimum where it was (which starts at 1), as in the reference where those entries are inf/-inf/NaN. A flat
+    curve therefore scores RISE = 1, the worst: deleting the ranked tokens did not lower the probability.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (s - s[-1]) / abs(s[0] - s[-1])
+    r = np.where(np.isnan(r), 1.0, np.clip(r, 0.0, 1.0))
+    return np.minimum.accumulate(r)
+
+
+def _alignment_penalty(n: np.ndarray, density) -> np.ndarray:
+    d = np.asarray(density, dtype=np.float64)
+    if d.shape != n.shape:
+        raise ValueError(f"density has {d.shape[0]} points for a curve of {n.shape[0]}")
+    return np.abs(n - d)
+
+
+def rise(scores) -> float:
+    return auc(normalized_curve(scores))
+
+
+def mas(scores, density) -> float:
+    """Magnitude Aligned Scoring: ``c = clip(n + |n - d|, 0, 1)`` min-max rescaled (linspace 1 -> 0 when c is flat)."""
+    n = normalized_curve(scores)
+    c = np.clip(n + _alignment_penalty(n, density), 0.0, 1.0)
+    span = c.max() - c.min()
+    c = (c - c.min()) / span if span > 0 else np.linspace(1.0, 0.0, c.shape[0])
+    return auc(c)
+
+
+def rise_ap(scores, density) -> float:
+    n = normalized_curve(scores)
+    return auc(n + _alignment_penalty(n, density))
+
+
+def curve_metrics(scores, density) -> dict[str, float]:
+    return {"RISE": rise(scores), "MAS": mas(scores, density), "RISE+AP": rise_ap(scores, density)}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Log-probabilities of the generation under deletions
+
+
+def _model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def attention_kernel(model, implementation: Optional[str]):
+    """Temporarily run ``model`` with another attention implementation (deletion passes need no attention
+    probabilities, so the fused kernel is about twice as fast on CPU as eager). Restores the old one afterwards."""
+    old = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation is None or old is None or old == implementation or not hasattr(model, "set_attn_implementation"):
+        yield
+        return
+    try:
+        model.set_attn_implementation(implementation)
+    except (ValueError, ImportError, NotImplementedError) as e:
+        log.debug("keeping attention %s (%s unavailable: %s)", old, implementation, e)
+        yield
+        return
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(old)
+
+
+def _check_input(model_input: _ModelInputLike) -> tuple[torch.Tensor, int, int]:
+    ids = torch.as_tensor(model_input.input_ids).reshape(-1)
+    gen_start = int(model_input.gen_start)
+    if not 0 < gen_start < ids.shape[0]:
+        raise ValueError(f"gen_start={gen_start} must leave a non-empty prefix and at least one generated token "
+                         f"(input has {ids.shape[0]} tokens)")
+    return ids, gen_start, ids.shape[0] - gen_start
+
+
+@torch.inference_mode()
+def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size: int = 8) -> np.ndarray:
+    """Sum over the tokens ``sequences[:, gen_start:]`` of log p(token | prefix), teacher-forced, for N equal-length
+    sequences; ``batch_size`` sequences per forward pass. Returns float64 (N,)."""
+    n, t = sequences.shape
+    g = t - gen_start
+    device = _model_device(model)
+    keep = _accepts_logits_to_keep(model)
+    out = np.empty(n, dtype=np.float64)
+    for lo in range(0, n, max(1, batch_size)):
+        batch = sequences[lo:lo + batch_size].to(device)
+        # The last token predicts nothing we score, so it is not fed; logits are only needed at the G positions that
+        # predict generated tokens, and logits_to_keep skips the vocabulary projection over the prompt.
+        inputs = batch[:, :-1]
+        logits = model(input_ids=inputs, logits_to_keep=g).logits if keep else model(input_ids=inputs).logits
+        logits = logits[:, -g:, :].float()  # float32 log-softmax: fp16/bf16 logits would underflow small probabilities
+        targets = batch[:, gen_start:]
+        lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        out[lo:lo + batch.shape[0]] = lp.double().sum(-1).cpu().numpy()
+    return out
+
+
+def _perturbed(ids: torch.Tensor, positions: torch.Tensor, deleted: np.ndarray, pad_id: int) -> torch.Tensor:
+    seq = ids.clone()
+    if deleted.size:
+        seq[positions[torch.as_tensor(deleted, dtype=torch.long)]] = pad_id
+    return seq
+
+
+def _cumulative_sets(blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Deleted prompt indices after 0..K steps (sorted, so equal sets compare equal whatever the order in a block)."""
+    sets = [np.empty(0, dtype=np.int64)]
+    for b in blocks:
+        sets.append(np.union1d(sets[-1], np.asarray(b, dtype=np.int64)))
+    return sets
+
+
+def deletion_scores(model, model_input: _ModelInputLike, blocks_list: Sequence[np.ndarray], pad_id: int,
+                    batch_size: int = 8, attn_implementation: Optional[str] = "sdpa") -> np.ndarray:
+    """``s_0..s_K`` for one deletion schedule: the blocks (prompt-token indices) are deleted cumulatively."""
+    curves, _ = _score_deletion_sets(model, model_input, {"_": _cumulative_sets(blocks_list)}, pad_id, batch_size,
+                                     attn_implementation)
+    return curves["_"]
+
+
+def _score_deletion_sets(model, model_input, sets_by_key: Mapping[str, list[np.ndarray]], pad_id: int,
+                         batch_size: int, attn_implementation: Optional[str]) -> tuple[dict[str, np.ndarray], dict]:
+    """Score every distinct deleted set once, all keys batched together; returns curves per key and counts."""
+    ids, gen_start, _ = _check_input(model_input)
+    positions = torch.as_tensor(model_input.prompt_positions, dtype=torch.long).reshape(-1)
+    if positions.numel() and (int(positions.max()) >= gen_start or int(positions.min()) < 0):
+        raise ValueError("prompt_positions must lie before gen_start")
+    slot: dict[bytes, int] = {}
+    distinct: list[np.ndarray] = []
+    for sets in sets_by_key.values():
+        for s in sets:
+            if s.tobytes() not in slot:
+                slot[s.tobytes()] = len(distinct)
+                distinct.append(s)
+    sequences = torch.stack([_perturbed(ids, positions, s, pad_id) for s in distinct])
+    with attention_kernel(model, attn_implementation):
+        values = sequence_logprobs(model, sequences, gen_start, batch_size)
+    curves = {k: values[[slot[s.tobytes()] for s in sets]] for k, sets in sets_by_key.items()}
+    requested = sum(len(sets) for sets in sets_by_key.values())
+    stats = {"sequences": len(distinct), "requested": requested,
+             "forward_passes": -(-len(distinct) // max(1, batch_size))}
+    return curves, stats
+
+
+def faithfulness_for_views(model, model_input: _ModelInputLike, view_weights: Mapping[str, Any], pad_id: int,
+                           rank_mask=None, batch_size: int = 8, max_steps: int = MAX_STEPS,
+                           attn_implementation: Optional[str] = "sdpa",
+                           stats: Optional[dict] = None) -> dict[str, dict[str, Any]]:
+    """RISE, MAS, RISE+AP, the score curve and the density for each view's prompt weights (length P each).
+
+    ``rank_mask`` (P bools, True = rankable) restricts ranking and deletion to those tokens (stop-word methods).
+    ``stats``, when given, receives the counts of distinct sequences scored, sequences requested and forward passes.
+    With no rankable token the metrics are NaN (undefined, not "perfect").
+    """
+    P = int(torch.as_tensor(model_input.prompt_positions).numel())
+    schedules = {}
+    for view, w in view_weights.items():
+        w = _as_weights(w)
+        if w.shape[0] != P:
+            raise ValueError(f"view {view!r}: {w.shape[0]} weights for {P} prompt tokens")
+        schedules[view] = deletion_schedule(w, rank_mask, max_steps)
+    curves, counts = _score_deletion_sets(model, model_input,
+                                          {v: _cumulative_sets(s.blocks) for v, s in schedules.items()},
+                                          pad_id, batch_size, attn_implementation)
+    if stats is not None:
+        stats.update(counts)
+    results = {}
+    for view, sched in schedules.items():
+        scores = curves[view]
+        results[view] = {**curve_metrics(scores, sched.density), "curve": scores.tolist(),
+                         "density": sched.density.tolist()}
+    return results

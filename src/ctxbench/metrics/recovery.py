@@ -1,0 +1,62 @@
+"""Recovery@10% (spec §5.2; RULER only, higher is better): the share of gold prompt tokens (those overlapping a needle's
+character span) among the top 10% of prompt tokens by attribution weight."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from ctxbench.spans import tokens_overlapping
+
+
+def gold_token_indices(token_offsets: Sequence[Sequence[int]], spans: Iterable[Sequence[int]],
+                       span_shift: int = 0) -> list[int]:
+    """Sorted indices of prompt tokens overlapping any ``[s, e)`` span. ``token_offsets`` (P pairs) and the spans must
+    be in the same string's characters; ``span_shift`` is added to the spans when they are not (e.g. +1 when the
+    tokens come from ``" " + prompt``). Zero-width tokens and empty spans never count."""
+    gold: set[int] = set()
+    for s, e in spans:
+        s, e = int(s) + span_shift, int(e) + span_shift
+        if e > s:  # an empty span would otherwise match a token that straddles its position
+            gold.update(tokens_overlapping(token_offsets, s, e))
+    return sorted(gold)
+
+
+def top_k_count(n: int, fraction: float) -> int:
+    """``max(1, ceil(fraction * n))`` capped at n, with the product rounded first: 0.1 * 30 is 3.0000000000000004 in
+    floating point and a plain ceil would give 4."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction={fraction} must be in (0, 1]")
+    return min(n, max(1, math.ceil(round(fraction * n, 9))))
+
+
+def top_k_indices(w, k: int, rank_mask=None) -> np.ndarray:
+    """The k prompt indices with the largest weight (among rankable ones); ties go to the earlier position."""
+    w = np.asarray(w, dtype=np.float64).reshape(-1)
+    idx = np.arange(w.shape[0]) if rank_mask is None else np.flatnonzero(np.asarray(rank_mask, dtype=bool))
+    return idx[np.argsort(-w[idx], kind="stable")[:k]]
+
+
+def recall_at_fraction(w, gold: Iterable[int], fraction: float = 0.1, rank_mask=None) -> Optional[float]:
+    """|top-k(w) ∩ gold| / |gold| with ``k = max(1, ceil(fraction * P))``; ``w`` is clamped at 0 (NaN counts 0), so
+    all non-positive tokens tie and fall back to position order. None when there is no gold token (the caller counts
+    the example as skipped). ``rank_mask`` (P bools) ranks only those tokens: P and gold are restricted to them."""
+    w = np.nan_to_num(np.asarray(w, dtype=np.float64).reshape(-1), nan=0.0).clip(min=0.0)
+    P = w.shape[0]
+    gold_set = {int(g) for g in gold}
+    if any(not 0 <= g < P for g in gold_set):
+        raise ValueError(f"gold token index out of range for {P} prompt tokens")
+    if rank_mask is not None:
+        mask = np.asarray(rank_mask, dtype=bool).reshape(-1)
+        if mask.shape[0] != P:
+            raise ValueError(f"rank_mask has {mask.shape[0]} entries for {P} prompt tokens")
+        gold_set = {g for g in gold_set if mask[g]}
+        n = int(mask.sum())
+    else:
+        n = P
+    if not gold_set or n == 0:
+        return None
+    top = top_k_indices(w, top_k_count(n, fraction), rank_mask)
+    return len(gold_set.intersection(top.tolist())) / len(gold_set)

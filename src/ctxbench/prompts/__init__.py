@@ -1,0 +1,1 @@
+"""Prompt construction: the model-input formats of run_exp (and, later, in-context templates)."""

@@ -1,0 +1,74 @@
+"""The model input of the attribution stage: formatted prompt + the generation to explain (spec §4).
+
+``table1``: the reference Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's chat
+template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template.
+The whole formatted text is tokenised at once (what the model really sees); prompt tokens are the tokens whose characters
+overlap the prompt inside it, and their offsets are mapped back into the prompt string, so evidence spans given in prompt
+characters need no further shift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ctxbench.spans import tokens_overlapping
+
+PROMPT_FORMATS = ("table1", "bare")
+TABLE1_PREFIX = "Context: "
+TABLE1_SUFFIX = "\n\n\nQuery: "
+
+
+@dataclass
+class ModelInput:
+    input_ids: torch.Tensor  # (T,) formatted prompt tokens, then the G generated tokens (target tokens + EOS)
+    prompt_positions: torch.Tensor  # (P,) positions of the user-prompt tokens inside input_ids (template tokens excluded)
+    prompt_offsets: list  # P pairs [start, end): each prompt token's characters in the prompt string (clipped to it)
+    gen_start: int  # input_ids[gen_start:] are the generated tokens
+    text: str  # the formatted text before the generated tokens (for inspection)
+
+    @property
+    def P(self) -> int:
+        return int(self.prompt_positions.numel())
+
+    @property
+    def G(self) -> int:
+        return int(self.input_ids.numel()) - self.gen_start
+
+    @property
+    def gen_ids(self) -> torch.Tensor:
+        return self.input_ids[self.gen_start:]
+
+
+def format_prompt_text(tokenizer, prompt: str, prompt_format: str) -> tuple[str, int]:
+    """The formatted text and the character offset of ``prompt`` inside it."""
+    if prompt_format == "bare":
+        return prompt, 0
+    if prompt_format != "table1":
+        raise ValueError(f"prompt_format={prompt_format!r}: expected one of {PROMPT_FORMATS}")
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("prompt_format=table1 needs a chat template; this tokenizer has none (use prompt_format=bare)")
+    user = TABLE1_PREFIX + prompt + TABLE1_SUFFIX
+    text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
+    where = text.find(user)
+    if where < 0:
+        raise ValueError("the chat template altered the user message; cannot locate the prompt inside it")
+    return text, where + len(TABLE1_PREFIX)
+
+
+def build_model_input(tokenizer, prompt: str, target: str, prompt_format: str = "table1") -> ModelInput:
+    text, start = format_prompt_text(tokenizer, prompt, prompt_format)
+    # The chat template writes its own special tokens; the bare prompt gets what the tokenizer adds by default (BOS).
+    enc = tokenizer(text, add_special_tokens=(prompt_format == "bare"), return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    end = start + len(prompt)
+    positions = tokens_overlapping(offsets, start, end)
+    if not positions:
+        raise ValueError("the prompt produced no tokens")
+    prompt_offsets = [[max(offsets[i][0], start) - start, min(offsets[i][1], end) - start] for i in positions]
+    gen = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return ModelInput(input_ids=torch.tensor(ids + gen, dtype=torch.long),
+                      prompt_positions=torch.tensor(positions, dtype=torch.long),
+                      prompt_offsets=prompt_offsets, gen_start=len(ids), text=text)

@@ -1,0 +1,1 @@
+"""Stages: configuration in, library calls, files out. Nothing here is needed to use the library."""

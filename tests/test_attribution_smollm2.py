@@ -1,0 +1,58 @@
+"""IFR on the real SmolLM2-135M (slow): exact decomposition, recomputed vs stored attention, multi-hop end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ctxbench.attribution import build_attributor, capture, reconstruct_x_mid, views
+from ctxbench.prompts.formats import ModelInput
+
+pytestmark = pytest.mark.slow
+
+PROMPT = ("The red key is in the blue box. The green key is under the table. Alice took the blue box to the garden."
+          "\nQuestion: Where is the red key?")
+TARGET = "The red key is in the blue box, and Alice took the box to the garden.\nThe garden."
+
+
+@pytest.fixture(scope="module")
+def example(smollm2):
+    tok = smollm2.tokenizer
+    p_ids = tok(PROMPT, add_special_tokens=False).input_ids
+    g_ids = tok(TARGET, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    ids = torch.tensor(p_ids + g_ids)
+    mi = ModelInput(input_ids=ids, prompt_positions=torch.arange(len(p_ids)), prompt_offsets=[],
+                    gen_start=len(p_ids), text=PROMPT)
+    n_ans = len(tok("The garden.", add_special_tokens=False).input_ids)
+    G = len(g_ids)
+    return mi, (G - 1 - n_ans, G - 2), (0, G - 2 - n_ans)
+
+
+def test_decomposition_exact_on_smollm2(smollm2, example):
+    mi, _, _ = example
+    cap = capture(smollm2.model, mi.input_ids, 0)
+    rows = torch.arange(mi.input_ids.numel())
+    worst = 0.0
+    for li, lc in enumerate(cap.layers):
+        rec = reconstruct_x_mid(cap, li, rows)
+        worst = max(worst, float(((rec - lc.x_mid).norm(dim=-1) / lc.x_mid.norm(dim=-1)).max()))
+    assert worst < 1e-4
+
+
+def test_recompute_equals_stored_on_smollm2(smollm2, example):
+    mi, sink, think = example
+    for method in ("ifr_all_positions", "ifr_multi_hop_both"):
+        a = build_attributor(method, recompute_attention=False).attribute(smollm2.model, smollm2.tokenizer, mi,
+                                                                           sink, think)
+        b = build_attributor(method, recompute_attention=True).attribute(smollm2.model, smollm2.tokenizer, mi,
+                                                                          sink, think)
+        np.testing.assert_allclose(a.matrix, b.matrix, atol=1e-5, equal_nan=True)
+        # an sdpa capture pass changes the residual stream by kernel rounding only
+        c = build_attributor(method, recompute_attention=True, forward_attn_impl="sdpa").attribute(
+            smollm2.model, smollm2.tokenizer, mi, sink, think)
+        np.testing.assert_allclose(c.matrix, b.matrix, atol=2e-4, equal_nan=True)
+    assert smollm2.model.config._attn_implementation == "eager"  # the temporary kernel switch was undone
+    assert np.isfinite(b.matrix[sink[0]]).all() and b.rho[0] > 0
+    w = views.seq(b.matrix, b.P)[:b.P]
+    assert w.sum() > 0 and b.prompt_stop_mask.any()

@@ -1,0 +1,159 @@
+"""Hydra composition: every option of every group composes against the schemas; typos are errors; stages run from the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from ctxbench.conf import register_configs
+
+from conftest import ROOT
+
+CONF = ROOT / "conf"
+register_configs()
+
+GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml"))
+MAIN_CONFIGS = {"run": None, "sample": None, "prepare": None}
+
+
+def _compose(config_name, overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)
+
+
+def _groups_of(config_name):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name=config_name)
+    return set(cfg.keys())
+
+
+def _fill_mandatory(group, option):
+    extra = ["paths.root=/tmp/ctxbench-root"]
+    if (group, option) == ("dataset", "jsonl"):
+        extra.append("dataset.path=/tmp/any.jsonl")
+    return extra
+
+
+def test_groups_are_present():
+    groups = {g for g, _ in GROUP_OPTIONS}
+    assert {"dataset", "retriever", "model", "mode", "attribution", "judge", "paths"} <= groups
+    assert len([o for g, o in GROUP_OPTIONS if g == "dataset"]) >= 13
+
+
+@pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_every_option_composes(group, option):
+    used = False
+    for main in MAIN_CONFIGS:
+        if group not in _groups_of(main):
+            continue
+        used = True
+        cfg = _compose(main, [f"{group}={option}"] + _fill_mandatory(group, option))
+        obj = OmegaConf.to_object(cfg)  # validates against the schema and resolves interpolations
+        node = getattr(obj, group)
+        if group in ("mode", "attribution"):
+            assert option in node  # options of these groups stay separate, keyed by name
+        elif group == "dataset":
+            assert node.name in (option, "jsonl")
+    assert used, f"{group}/{option}.yaml is not reachable from any main config"
+
+
+def test_dataset_options_match_their_names():
+    for g, o in GROUP_OPTIONS:
+        if g == "dataset":
+            assert OmegaConf.load(CONF / g / f"{o}.yaml").name == o
+
+
+def test_several_modes_and_methods_in_one_run():
+    cfg = _compose("run", ["mode=[faithfulness,recovery,coverage]", "attribution=[ifr_multi_hop_both,attention]"])
+    assert list(cfg.mode) == ["faithfulness", "recovery", "coverage"]
+    assert list(cfg.attribution) == ["ifr_multi_hop_both", "attention"]
+    assert cfg.attribution.ifr_multi_hop_both.hop0 == "all_gen"
+
+
+@pytest.mark.parametrize("override", ["dataset.lenght=1024", "model.dtpye=float32", "mode.faithfulness.stpes=3",
+                                      "attribution.ifr_multi_hop.hopz=2", "prompt_fromat=bare"])
+def test_misspelt_key_is_rejected(override):
+    with pytest.raises((ConfigCompositionException, ConfigKeyError)):
+        _compose("run", [override])
+
+
+def test_wrong_type_and_unknown_option_are_rejected():
+    with pytest.raises((ConfigCompositionException, ValidationError)):
+        _compose("run", ["dataset.length=long"])
+    with pytest.raises(ConfigCompositionException, match="faithfulnes"):
+        _compose("run", ["mode=faithfulnes"])
+
+
+def test_misspelt_key_in_a_group_file_is_rejected(tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "model" / "typo.yaml").write_text("name: t\npaht: x\n")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException):
+            compose(config_name="run", overrides=["model=typo"])
+
+
+def _cli(script, *args, cwd=ROOT):
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_cfg_job_and_help():
+    out = _cli("run_exp.py", "--cfg", "job")
+    assert out.returncode == 0, out.stderr
+    cfg = OmegaConf.create(out.stdout)
+    assert cfg.dataset.name == "niah_mq_q2" and "faithfulness" in cfg.mode
+    out = _cli("run_exp.py", "--help")
+    assert out.returncode == 0
+    for line in ("dataset: hotpotqa_long, jsonl, morehopqa", "mode: coverage, faithfulness, recovery",
+                 "model: llama-3.1-8b, openai, qwen3-8b, smollm2-135m", "retriever: fixk, random, zero"):
+        assert line in out.stdout
+    out = _cli("run_exp.py", "dataset.lenght=3")
+    assert out.returncode != 0 and "lenght" in out.stderr
+
+
+RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
+              "outputs": ["1234567"], "answer_prefix": " Answer:",
+              "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
+
+
+@pytest.mark.slow
+def test_multirun_writes_one_job_dir_each(tmp_path):
+    data = tmp_path / "data"
+    for task in ("niah_mq_q2", "vt_h2_c3"):
+        f = data / "ruler_multihop" / "1024" / task / "validation.jsonl"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps(RULER_LINE) + "\n")
+    sweep = tmp_path / "sweep"
+    out = _cli("run_exp.py", "-m", "dataset=niah_mq_q2,vt_h2_c3", "dry_run=true", f"paths.data_dir={data}",
+               f"paths.cache_dir={ROOT / '.cache'}", f"hydra.sweep.dir={sweep}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert [p.name for p in jobs] == ["0_dataset=niah_mq_q2,dry_run=True", "1_dataset=vt_h2_c3,dry_run=True"]
+    for job, task in zip(jobs, ("niah_mq_q2", "vt_h2_c3")):
+        manifest = json.loads((job / "manifest.json").read_text())
+        assert manifest["config"]["dataset"]["name"] == task
+        assert manifest["dataset"]["examples"] == 1 and len(manifest["dataset"]["sha256"]) == 64
+        assert manifest["versions"]["torch"] and "commit" in manifest["git"]
+        assert (job / ".hydra" / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_stages_refuse_to_fake_unimplemented_work(tmp_path, morehopqa_path):
+    args = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "max_examples=2",
+            f"paths.cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    out = _cli("sample_and_filter.py", *args, "dry_run=true")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["dataset"]["examples"] == 2
+    out = _cli("sample_and_filter.py", *args)
+    assert out.returncode == 3 and "NOT YET IMPLEMENTED" in out.stdout + out.stderr

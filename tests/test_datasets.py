@@ -1,0 +1,171 @@
+"""Dataset loaders (MoreHopQA, RULER JSONL), sentence segmentation and name resolution, on real and hand-written data."""
+
+import json
+
+import pytest
+
+from ctxbench.datasets import load_morehopqa, load_ruler_jsonl, load_source, resolve_dataset
+from ctxbench.datasets.ruler import ruler_target
+from ctxbench.datasets.sentences import split_sentences
+from ctxbench.errors import DataError, UnknownDatasetError
+
+
+def test_morehopqa_sample(morehopqa_path):
+    ex = load_morehopqa(morehopqa_path)
+    assert len(ex) == 150
+    row = ex[70]
+    assert row.example_id == "5ae638865542992ae0d1628c_9"
+    assert row.prompt == (
+        "Spy Hunter is an overhead view, vehicular combat game developed by Bally Midway and released in arcades in "
+        "1983. Highway Pursuit is a computer game remake of Spy Hunter created by Adam Dawes in association with "
+        "Retrospec, initially released in 2003.\nHow many syllables are there in the first name of the person who "
+        "created the 2003 remake of the 1983 overhead view, vehicular combat game developed by Bally Midway?")
+    assert row.target is None and row.sink_span is None
+    assert row.metadata["answer"] == row.metadata["reference_answer"] == "2"
+    assert row.metadata["original_context"][0][0] == "Spy Hunter"
+    # Sentences inside a paragraph are concatenated as written (they carry their own leading space).
+    assert ex[0].prompt.startswith("Maroon 5 is an American pop rock band that originated in Los Angeles, California. It "
+                                   "currently consists")
+    assert len({e.example_id for e in ex}) == 150
+
+
+@pytest.mark.parametrize("content, text", [
+    ("[{\"_id\": 1,", "invalid JSON"),
+    ("{\"a\": 1}", "expected a JSON array"),
+    (json.dumps([{"_id": "a", "question": "q", "answer": "x"}]), "field 'context': row 0: missing field"),
+    (json.dumps([{"_id": "a", "question": "q", "answer": 3, "context": []}]), "field 'answer'"),
+    (json.dumps([{"_id": "a", "question": "q", "answer": "3", "context": [["t", "not a list"]]}]), "field 'context'"),
+])
+def test_morehopqa_bad_input(tmp_path, content, text):
+    p = tmp_path / "mhqa.json"
+    p.write_text(content)
+    with pytest.raises(DataError) as err:
+        load_morehopqa(p)
+    assert str(p) in str(err.value) and text in str(err.value)
+
+
+def test_sentence_spans_are_exact_and_line_aware():
+    text = "The grass is green. The sky is blue.\nOne of the special magic numbers for k is: 1234567.\n\nDr. Who went home. "
+    spans = split_sentences(text)
+    assert [text[s:e] for s, e in spans] == [
+        "The grass is green.", "The sky is blue.", "One of the special magic numbers for k is: 1234567.",
+        "Dr. Who went home."]
+
+
+RULER_LINES = [
+    {"index": 0, "input": "Some text here. One of the special magic numbers for apple is: 1234567. More text.\n"
+                          "What is the number for apple?",
+     "outputs": ["1234567"], "length": 40, "length_w_model_temp": 0, "answer_prefix": " Answer:",
+     "token_position_answer": 12,
+     "needle_spans": [{"title": None, "doc_index": None, "document_number": None, "sentence_index": 1,
+                       "sentence": "One of the special magic numbers for apple is: 1234567.",
+                       "context_span": [16, 71], "span": [16, 71], "snippet": "apple is: 1234567"}]},
+    {"index": 1, "input": "Intro line. B is 5.\nQuestion?", "outputs": ["x", "y"], "answer_prefix": " Answer: ",
+     "needle_spans": [{"span": [12, 19], "sentence": "B is 5."}]},
+]
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_ruler_loader_hand_written(tmp_path, smol_tokenizer):
+    p = write_jsonl(tmp_path / "ruler_multihop" / "128" / "niah_x" / "validation.jsonl", RULER_LINES)
+    ex = load_ruler_jsonl(p, tokenizer=smol_tokenizer)
+    a, b = ex
+    assert a.prompt == RULER_LINES[0]["input"] + " Answer:"
+    assert a.target == " Answer: 1234567"
+    assert b.target == " Answer: x, y"  # the prefix already ends in whitespace: no extra separator
+    assert a.metadata["id"] == "niah_x/0" and a.metadata["task"] == "niah_x"
+    assert a.metadata["reference_answer"] == "1234567" and b.metadata["reference_answer"] == "x, y"
+    assert a.metadata["needle_spans"][0]["span"] == [16, 71]
+    # Sentences of the prompt: "Some text here." | needle | "More text." | "What is the number for apple?" | "Answer:"
+    assert a.attr_mask_indices == [1]
+    assert a.metadata["prompt_sentence_count"] == 5
+    assert b.attr_mask_indices == [1]
+    # The sink covers exactly the answer tokens: decoding them gives the answer list back.
+    ids = smol_tokenizer(a.target, add_special_tokens=False)["input_ids"]
+    s, e = a.sink_span
+    assert smol_tokenizer.decode(ids[s:e + 1]).strip() == "1234567"
+    assert smol_tokenizer.decode(ids[:s]).strip() == "Answer:"
+    assert a.indices_to_explain == a.sink_span and a.thinking_span is None
+    assert a.metadata["span_tokenizer"]
+    # Without a tokenizer the token spans stay null; the character span is kept for later.
+    c = load_ruler_jsonl(p)[0]
+    assert c.sink_span is None and c.target[slice(*c.metadata["sink_char_span"])] == "1234567"
+
+
+def test_ruler_target_separator():
+    assert ruler_target(" Answer:", ["a", "b"]) == (" Answer: a, b", 9)
+    assert ruler_target(" are: ", ["a"]) == (" are: a", 6)
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda r: r.pop("input"), "field 'input'"),
+    (lambda r: r.update(outputs="1234567"), "field 'outputs'"),
+    (lambda r: r.update(outputs=[]), "field 'outputs'"),
+    (lambda r: r.update(answer_prefix=5), "field 'answer_prefix'"),
+    (lambda r: r["needle_spans"][0].update(span=[16, 999]), "field 'needle_spans[0].span'"),
+    (lambda r: r["needle_spans"][0].update(span=[16]), "field 'needle_spans[0].span'"),
+])
+def test_ruler_bad_lines(tmp_path, mutate, where):
+    bad = json.loads(json.dumps(RULER_LINES[0]))
+    bad["index"] = 5
+    mutate(bad)
+    p = write_jsonl(tmp_path / "t.jsonl", [RULER_LINES[0], bad])
+    with pytest.raises(DataError) as err:
+        load_ruler_jsonl(p)
+    assert f"{p}:2" in str(err.value) and where in str(err.value)
+
+
+def test_ruler_malformed_json_and_duplicate_index(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(RULER_LINES[0]) + "\n{oops\n")
+    with pytest.raises(DataError, match=r"t.jsonl:2: not a JSON object"):
+        load_ruler_jsonl(p)
+    write_jsonl(p, [RULER_LINES[0], RULER_LINES[0]])
+    with pytest.raises(DataError, match=r"t.jsonl:2: field 'index': duplicate index 0 \(first on line 1\)"):
+        load_ruler_jsonl(p)
+
+
+def test_resolution_any_length_and_priority(tmp_path, morehopqa_path):
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    f512 = write_jsonl(data / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl", RULER_LINES)
+    kw = dict(data_dir=data, cache_dir=cache)
+    # The only length present is found (including 1024-style folders: no length is skipped).
+    assert resolve_dataset("niah_mq_q2", kind="ruler", **kw).path == f512
+    f1024 = write_jsonl(data / "ruler_multihop" / "1024" / "niah_mq_q2" / "validation.jsonl", RULER_LINES[:1])
+    assert resolve_dataset("niah_mq_q2", kind="ruler", length=1024, **kw).path == f1024
+    with pytest.raises(UnknownDatasetError, match=r"several lengths \[512, 1024\]"):
+        resolve_dataset("niah_mq_q2", kind="ruler", **kw)
+    with pytest.raises(UnknownDatasetError, match="prepare_data.py dataset=niah_mq_q2 length=2048"):
+        resolve_dataset("niah_mq_q2", kind="ruler", length=2048, **kw)
+    # explicit JSONL path beats raw data
+    explicit = write_jsonl(tmp_path / "other.jsonl", RULER_LINES[1:])
+    src = resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, length=1024, **kw)
+    assert (src.kind, src.path) == ("ruler", explicit)
+    # the sampled cache beats both, unless disabled
+    cache.mkdir()
+    cached = cache / "niah_mq_q2.jsonl"
+    cached.write_text(json.dumps(dict(prompt="p", target=None, indices_to_explain=None, attr_mask_indices=None,
+                                      sink_span=None, thinking_span=None, metadata={"id": "c0"})) + "\n")
+    src = resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, length=1024, **kw)
+    assert (src.kind, src.path) == ("cache", cached)
+    assert [e.example_id for e in load_source(src)] == ["c0"]
+    assert resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, use_cache=False, **kw).path == explicit
+    assert resolve_dataset("morehopqa", kind="morehopqa", path=morehopqa_path, **kw).kind == "morehopqa"
+
+
+def test_unknown_and_refused_names_list_what_exists(tmp_path):
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    write_jsonl(data / "ruler_multihop" / "256" / "my_task" / "validation.jsonl", RULER_LINES)
+    kw = dict(data_dir=data, cache_dir=cache)
+    with pytest.raises(UnknownDatasetError) as err:
+        resolve_dataset("math", kind="ruler", **kw)
+    assert "refused" in str(err.value) and "my_task" in str(err.value) and "niah_mq_q2" in str(err.value)
+    with pytest.raises(UnknownDatasetError) as err:
+        resolve_dataset("niah_nope", kind="ruler", **kw)
+    msg = str(err.value)
+    assert "not found" in msg and "my_task" in msg and "morehopqa" in msg and "vt_h10_c1" in msg

@@ -1,0 +1,121 @@
+"""CachedExample validation, JSONL reading errors and the resumable append-only store."""
+
+import json
+
+import pytest
+
+from ctxbench.errors import DataError
+from ctxbench.example import CachedExample, ExampleStore, read_examples, validate_example
+
+
+def row(i=0, **over):
+    d = dict(prompt=f"p{i}", target="think\nans", indices_to_explain=[2, 3], attr_mask_indices=[0],
+             sink_span=[2, 3], thinking_span=[0, 1], metadata={"id": f"ex{i}"})
+    d.update(over)
+    return d
+
+
+def write_lines(path, lines):
+    path.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+
+
+def test_roundtrip(tmp_path):
+    p = tmp_path / "c.jsonl"
+    write_lines(p, [json.dumps(row(0)), "", json.dumps(row(1))])
+    got = list(read_examples(p))
+    assert [e.example_id for e in got] == ["ex0", "ex1"]
+    assert got[0] == CachedExample(**row(0))
+
+
+@pytest.mark.parametrize("bad_line, field, text", [
+    ("{not json", None, "not a JSON object"),
+    ("[1, 2]", None, "not a JSON object"),
+    (json.dumps({k: v for k, v in row().items() if k != "sink_span"}), "sink_span", "missing field"),
+    (json.dumps(row(prompt=3)), "prompt", "must be a string"),
+    (json.dumps(row(target=["x"])), "target", "string or null"),
+    (json.dumps(row(metadata=[])), "metadata", "must be an object"),
+    (json.dumps(row(sink_span=[1])), "sink_span", "2-element"),
+    (json.dumps(row(sink_span=[1, "2"])), "sink_span", "2-element"),
+    (json.dumps(row(sink_span=[True, 2])), "sink_span", "2-element"),
+    (json.dumps(row(thinking_span=[3, 1])), "thinking_span", "closed interval"),
+    (json.dumps(row(attr_mask_indices=[-1])), "attr_mask_indices", "non-negative"),
+    (json.dumps(row(extra=1)), "extra", "unknown field"),
+    (json.dumps(row(target=None)), "indices_to_explain", "target is null"),
+])
+def test_bad_lines_name_file_line_field(tmp_path, bad_line, field, text):
+    p = tmp_path / "bad.jsonl"
+    write_lines(p, [json.dumps(row(0)), bad_line])
+    with pytest.raises(DataError) as err:
+        list(read_examples(p))
+    msg = str(err.value)
+    assert f"{p}:2" in msg and text in msg
+    assert err.value.line == 2
+    if field:
+        assert f"field '{field}'" in msg
+
+
+def test_span_out_of_range_with_tokenizer(tmp_path):
+    class WordTok:  # one token per whitespace-separated word: counts are obvious
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(range(len(text.split())))}
+
+    p = tmp_path / "c.jsonl"
+    write_lines(p, [json.dumps(row(0, target="a b c", sink_span=[1, 2], indices_to_explain=[1, 2])),
+                    json.dumps(row(1, target="a b c", sink_span=[2, 3], indices_to_explain=[1, 2]))])
+    with pytest.raises(DataError, match=r"c.jsonl:2: field 'sink_span': span \[2, 3\] lies outside the target's 3 tokens"):
+        list(read_examples(p, tokenizer=WordTok()))
+    assert len(list(read_examples(p))) == 2  # without a tokenizer the count is unknown: not checked
+
+
+def test_store_resumes_without_duplicates(tmp_path):
+    p = tmp_path / "cache.jsonl"
+    with ExampleStore(p) as store:
+        assert store.add(CachedExample(**row(0)))
+        assert store.add(CachedExample(**row(1)))
+    # Simulate a crash in the middle of writing the third line.
+    with open(p, "a", encoding="utf-8") as fp:
+        fp.write(json.dumps(row(2))[:25])
+    with ExampleStore(p) as store:
+        assert store.done == {"ex0", "ex1"}
+        assert "ex1" in store
+        assert not store.add(CachedExample(**row(1)))  # already there: skipped
+        assert store.add(CachedExample(**row(2)))
+    ids = [e.example_id for e in read_examples(p)]
+    assert ids == ["ex0", "ex1", "ex2"]
+    assert p.read_text().endswith("\n")
+
+
+def test_store_cuts_invalid_last_line_but_keeps_complete_ones(tmp_path):
+    p = tmp_path / "cache.jsonl"
+    write_lines(p, [json.dumps(row(0)), '{"prompt": "tor'])
+    with ExampleStore(p) as store:
+        assert store.done == {"ex0"}
+    assert len(p.read_text().splitlines()) == 1
+
+
+def test_store_refuses_invalid_existing_content(tmp_path):
+    p = tmp_path / "cache.jsonl"
+    write_lines(p, [json.dumps(row(0)), json.dumps(row(1, prompt=None)), json.dumps(row(2))])
+    with pytest.raises(DataError, match="cache.jsonl:2: field 'prompt'"):
+        ExampleStore(p)
+    assert len(p.read_text().splitlines()) == 3  # nothing lost
+
+
+def test_store_rejects_duplicate_ids_on_disk(tmp_path):
+    p = tmp_path / "cache.jsonl"
+    write_lines(p, [json.dumps(row(0)), json.dumps(row(0))])
+    with pytest.raises(DataError, match="duplicate key 'ex0'"):
+        ExampleStore(p)
+
+
+def test_store_validates_before_writing(tmp_path):
+    p = tmp_path / "cache.jsonl"
+    with ExampleStore(p) as store:
+        with pytest.raises(DataError, match="sink_span"):
+            store.add(CachedExample(**row(0, sink_span=[5, 1])))
+    assert p.read_text() == ""
+
+
+def test_validate_accepts_all_null_optionals():
+    validate_example(dict(prompt="p", target=None, indices_to_explain=None, attr_mask_indices=None,
+                          sink_span=None, thinking_span=None, metadata={}))

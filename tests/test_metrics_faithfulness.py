@@ -1,0 +1,233 @@
+"""Faithfulness metrics: curve arithmetic checked by hand, the deletion schedule, and batched deletion scoring against
+a plain one-input-at-a-time computation (tiny random Llama; the real SmolLM2 in a slow test)."""
+
+import numpy as np
+import pytest
+import torch
+
+from ctxbench.metrics.faithfulness import (auc, block_sizes, curve_metrics, deletion_schedule, deletion_scores,
+                                           density_curve, faithfulness_for_views, mas, normalized_curve, rise, rise_ap)
+from ctxbench.prompts.formats import ModelInput
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Curve arithmetic
+
+
+def test_rise_mas_rise_ap_by_hand():
+    s = [-2.0, -4.0, -3.0, -6.0, -10.0]  # K = 4, s_K = -10, |s_0 - s_K| = 8
+    # (s - s_K) / 8 = [1, 0.75, 0.875, 0.5, 0]; running minimum -> [1, 0.75, 0.75, 0.5, 0]
+    assert normalized_curve(s).tolist() == [1.0, 0.75, 0.75, 0.5, 0.0]
+    # RISE = (3.0 - 1/2 - 0/2) / 4 = 0.625
+    assert rise(s) == pytest.approx(0.625)
+    d = [1.0, 0.5, 0.25, 0.1, 0.0]
+    # ap = |n - d| = [0, 0.25, 0.5, 0.4, 0]; n + ap = [1, 1, 1.25, 0.9, 0]
+    # RISE+AP = (4.15 - 0.5 - 0) / 4 = 0.9125
+    assert rise_ap(s, d) == pytest.approx(0.9125)
+    # MAS: clip -> [1, 1, 1, 0.9, 0]; min 0, max 1: rescale leaves it; (3.9 - 0.5) / 4 = 0.85
+    assert mas(s, d) == pytest.approx(0.85)
+    assert curve_metrics(s, d) == pytest.approx({"RISE": 0.625, "MAS": 0.85, "RISE+AP": 0.9125})
+
+
+def test_clip_above_one_and_running_minimum():
+    # s_1 above s_0: (s - s_K)/4 = [1, 1.5, 0.75, 0] -> clip [1, 1, 0.75, 0] -> min same; RISE = (2.75 - 0.5) / 3 = 0.75
+    assert normalized_curve([-5.0, -3.0, -6.0, -9.0]).tolist() == [1.0, 1.0, 0.75, 0.0]
+    assert rise([-5.0, -3.0, -6.0, -9.0]) == pytest.approx(0.75)
+    # A curve that recovers: [1, 0.25, 0.75, 0] -> running min [1, 0.25, 0.25, 0]; RISE = (1.5 - 0.5) / 3 = 1/3
+    assert normalized_curve([-5.0, -8.0, -6.0, -9.0]).tolist() == [1.0, 0.25, 0.25, 0.0]
+    assert rise([-5.0, -8.0, -6.0, -9.0]) == pytest.approx(1 / 3)
+    # Deletion raising the probability (s_0 < s_K): (s - s_K)/2 = [-1, -0.5, 0] -> clip 0 everywhere; RISE = 0
+    assert rise([-5.0, -4.0, -3.0]) == 0.0
+
+
+def test_min_max_rescale():
+    # A density that does not end at 0 (hand-made) makes the rescale active.
+    s = [-1.0, -2.0, -3.0]  # n = [1, 0.5, 0]
+    d = [1.0, 0.9, 0.2]  # ap = [0, 0.4, 0.2]; n + ap = [1, 0.9, 0.2]
+    assert rise(s) == pytest.approx(0.5)  # (1.5 - 0.5 - 0) / 2
+    assert rise_ap(s, d) == pytest.approx(0.75)  # (2.1 - 0.5 - 0.1) / 2
+    # c = [1, 0.9, 0.2] -> (c - 0.2) / 0.8 = [1, 0.875, 0]; MAS = (1.875 - 0.5) / 2 = 0.6875
+    assert mas(s, d) == pytest.approx(0.6875)
+
+
+def test_flat_curve():
+    # s_0 = s_K: no scale. Equal steps carry no evidence (the running minimum stays at 1), higher steps count 1,
+    # lower ones 0. Fully flat: n = [1, 1, 1]; RISE = (3 - 0.5 - 0.5) / 2 = 1 (the worst score).
+    s = [-3.0, -3.0, -3.0]
+    assert normalized_curve(s).tolist() == [1.0, 1.0, 1.0]
+    assert rise(s) == 1.0
+    d = [1.0, 0.5, 0.0]
+    # ap = [0, 0.5, 1]; n + ap = [1, 1.5, 2]; RISE+AP = (4.5 - 0.5 - 1) / 2 = 1.5
+    assert rise_ap(s, d) == pytest.approx(1.5)
+    # c = clip(...) = [1, 1, 1] is flat: the min-max rescale is 0/0 -> linspace [1, 0.5, 0]; MAS = (1.5 - 0.5) / 2 = 0.5
+    assert mas(s, d) == pytest.approx(0.5)
+    # Flat ends with a dip in between: [-3, -2, -4, -3] -> [1 (no evidence), 1 (above), 0 (below), 0 (min)]
+    assert normalized_curve([-3.0, -2.0, -4.0, -3.0]).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert rise([-3.0, -2.0, -4.0, -3.0]) == pytest.approx(0.5)  # (2 - 0.5 - 0) / 3
+
+
+def test_no_steps_is_nan():
+    assert np.isnan(auc([0.3]))
+    assert all(np.isnan(v) for v in curve_metrics([-1.0], [1.0]).values())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Schedule and density
+
+
+def test_schedule_p7():
+    # P = 7 < 20: K = 7 blocks of one token. Order by descending w, ties by position:
+    # 0.5 (1), 0.5 (2), 0.3 (4), 0.2 (5), 0.1 (0), 0.1 (6), 0 (3)
+    w = [0.1, 0.5, 0.5, 0.0, 0.3, 0.2, 0.1]
+    sched = deletion_schedule(w)
+    assert [b.tolist() for b in sched.blocks] == [[1], [2], [4], [5], [0], [6], [3]]
+    # sum w = 1.7; cumulative masses 0.5, 1.0, 1.3, 1.5, 1.6, 1.7, 1.7 -> d = 1 - cum / 1.7
+    assert sched.density == pytest.approx([1, 1.2 / 1.7, 0.7 / 1.7, 0.4 / 1.7, 0.2 / 1.7, 0.1 / 1.7, 0, 0])
+
+
+def test_schedule_p45():
+    # K = 20, 45 = 20 * 2 + 5: the first 5 blocks have 3 tokens, the other 15 have 2.
+    assert block_sizes(45) == [3] * 5 + [2] * 15
+    sched = deletion_schedule(np.arange(45, dtype=float))  # distinct weights: order 44, 43, ..., 0
+    assert sched.steps == 20
+    assert sched.blocks[0].tolist() == [44, 43, 42]
+    assert sched.blocks[4].tolist() == [32, 31, 30]
+    assert sched.blocks[5].tolist() == [29, 28]
+    assert sched.blocks[-1].tolist() == [1, 0]
+    # sum w = 990; block 0 mass 129 -> d_1 = 1 - 129/990
+    assert sched.density[1] == pytest.approx(1 - 129 / 990)
+    assert sched.density[-1] == pytest.approx(0.0)
+    assert block_sizes(20) == [1] * 20 and block_sizes(0) == []
+
+
+def test_schedule_rank_mask():
+    # Tokens 1 and 3 are stop tokens: 5 rankable tokens -> K = 5; order among 0, 2, 4, 5, 6 (w .1 .5 .3 .2 .1)
+    w = [0.1, 0.5, 0.5, 0.0, 0.3, 0.2, 0.1]
+    mask = [True, False, True, False, True, True, True]
+    sched = deletion_schedule(w, rank_mask=mask)
+    assert [b.tolist() for b in sched.blocks] == [[2], [4], [5], [0], [6]]
+    # rankable mass 1.2; cumulative .5 .8 1.0 1.1 1.2
+    assert sched.density == pytest.approx([1, 0.7 / 1.2, 0.4 / 1.2, 0.2 / 1.2, 0.1 / 1.2, 0])
+
+
+def test_zero_or_negative_mass_density_is_linear():
+    blocks = deletion_schedule([0.0] * 5).blocks
+    assert density_curve([0.0] * 5, blocks).tolist() == pytest.approx([1, 0.8, 0.6, 0.4, 0.2, 0])
+    assert density_curve([1.0, -2.0], deletion_schedule([1.0, -2.0]).blocks).tolist() == [1.0, 0.5, 0.0]
+    with pytest.raises(ValueError):
+        deletion_schedule([1.0, float("nan")])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Deletion scoring on a tiny random Llama
+
+PAD = 99  # the EOS id of the toy vocabulary
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=128, max_position_embeddings=128)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+
+
+def _toy_input(P=15, template=3, G=6, seed=1) -> ModelInput:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 99, (template + P + 2 + G,), generator=g)
+    ids[-1] = PAD  # the generation ends with EOS
+    return ModelInput(input_ids=ids, prompt_positions=torch.arange(template, template + P), prompt_offsets=[],
+                      gen_start=template + P + 2, text="")
+
+
+def _one_at_a_time(model, mi: ModelInput, blocks) -> list[float]:
+    """The plain computation: full forward (eager, all logits) on each perturbed input, one input at a time."""
+    ids = mi.input_ids.clone()
+    deleted: list[int] = []
+    out = []
+    for step in range(len(blocks) + 1):
+        if step:
+            deleted += list(blocks[step - 1])
+        x = ids.clone()
+        x[mi.prompt_positions[deleted]] = PAD
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x[None]).logits[0].double(), -1)
+        out.append(sum(float(logp[t - 1, x[t]]) for t in range(mi.gen_start, x.numel())))
+    return out
+
+
+def test_batched_deletion_scores_match_plain(tiny_llama):
+    mi = _toy_input(P=45)
+    sched = deletion_schedule(np.random.default_rng(0).random(45))
+    expected = _one_at_a_time(tiny_llama, mi, sched.blocks)
+    for bs in (1, 4, 64):
+        got = deletion_scores(tiny_llama, mi, sched.blocks, PAD, batch_size=bs)
+        assert got.shape == (21,)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+    # The model's own attention implementation is restored after the sdpa passes.
+    assert tiny_llama.config._attn_implementation == "eager"
+
+
+def test_views_share_inputs(tiny_llama):
+    mi = _toy_input(P=12)
+    w = np.random.default_rng(1).random(12)
+    views = {"seq": w, "row": 3 * w, "rec": -w}  # seq and row rank alike; rec is the reverse ranking
+    stats = {}
+    res = faithfulness_for_views(tiny_llama, mi, views, PAD, batch_size=5, stats=stats)
+    # K = 12: 13 inputs per view, 39 requested; distinct: nothing deleted, 11 partial sets for seq(=row),
+    # 11 others for rec (the bottom t tokens are never the top t for t < 12), everything deleted -> 24
+    assert stats == {"sequences": 24, "requested": 39, "forward_passes": 5}
+    for view, wv in views.items():
+        sched = deletion_schedule(wv)
+        expected = _one_at_a_time(tiny_llama, mi, sched.blocks)
+        np.testing.assert_allclose(res[view]["curve"], expected, atol=1e-5)
+        assert res[view]["density"] == pytest.approx(sched.density.tolist())
+        assert {k: res[view][k] for k in ("RISE", "MAS", "RISE+AP")} == pytest.approx(
+            curve_metrics(expected, sched.density), abs=1e-9)
+    assert res["seq"]["curve"] == res["row"]["curve"]
+    # rec's weights sum below 0: its density is the straight line
+    assert res["rec"]["density"] == pytest.approx(np.linspace(1, 0, 13).tolist())
+
+
+def test_views_with_rank_mask_and_small_p(tiny_llama):
+    mi = _toy_input(P=5, G=3)
+    mask = np.array([True, False, True, True, False])
+    w = np.array([0.5, 9.0, 0.1, 0.3, 8.0])  # the stop tokens carry the largest weights but are never deleted
+    res = faithfulness_for_views(tiny_llama, mi, {"seq": w}, PAD, rank_mask=mask)
+    expected = _one_at_a_time(tiny_llama, mi, [[0], [3], [2]])
+    np.testing.assert_allclose(res["seq"]["curve"], expected, atol=1e-5)
+    assert res["seq"]["density"] == pytest.approx([1, 0.4 / 0.9, 0.1 / 0.9, 0])
+    # No rankable token at all: nothing to delete, metrics undefined
+    none = faithfulness_for_views(tiny_llama, mi, {"seq": w}, PAD, rank_mask=np.zeros(5, bool))
+    assert np.isnan(none["seq"]["RISE"]) and len(none["seq"]["curve"]) == 1
+    with pytest.raises(ValueError):
+        faithfulness_for_views(tiny_llama, mi, {"seq": w[:4]}, PAD)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The real model
+
+
+@pytest.mark.slow
+def test_deletion_scores_smollm2(smollm2):
+    from ctxbench.prompts.formats import build_model_input
+
+    tok, model = smollm2.tokenizer, smollm2.model
+    prompt = ("Paris is the capital of France. The Seine flows through Paris. Berlin is the capital of Germany. "
+              "Madrid is the capital of Spain.\nWhat is the capital of Germany?")
+    mi = build_model_input(tok, prompt, "The capital of Germany is Berlin.", "table1")
+    sched = deletion_schedule(np.random.default_rng(0).random(mi.P))
+    assert sched.steps == 20 and mi.P > 20
+    got = deletion_scores(model, mi, sched.blocks, tok.eos_token_id, batch_size=8)
+    expected = []
+    ids = mi.input_ids
+    for t in range(21):
+        x = ids.clone()
+        deleted = np.concatenate([np.empty(0, np.int64)] + [np.asarray(b) for b in sched.blocks[:t]])
+        x[mi.prompt_positions[torch.as_tensor(deleted, dtype=torch.long)]] = tok.eos_token_id
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x[None].to(smollm2.device)).logits[0].double(), -1).cpu()
+        expected.append(float(logp[torch.arange(mi.gen_start - 1, x.numel() - 1), x[mi.gen_start:]].sum()))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3)
+    assert got[0] > got[-1]  # deleting the whole prompt makes the answer less likely

