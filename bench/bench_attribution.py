@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -52,13 +51,10 @@ def make_input(tok, n_prompt: int, n_gen: int):
     return mi, sink, (0, sink[0] - 1)
 
 
-def timed(fn, repeats: int) -> float:
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def child_peak(args, mode: str) -> float:
@@ -93,8 +89,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-all-positions", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.child:
         return run_child(args)
 
@@ -111,27 +110,31 @@ def main():
             model(ids, output_attentions=True)
 
     fwd()  # warm-up
-    t_fwd = timed(fwd, args.repeats)
-    res = {}
-    last = {}
-    for name, method, params in [
-        ("multi_hop (eager capture)", "ifr_multi_hop", dict(hops=1)),
-        ("multi_hop (sdpa capture)", "ifr_multi_hop", dict(hops=1, forward_attn_impl="sdpa")),
-        ("multi_hop_both (sdpa capture)", "ifr_multi_hop_both", dict(hops=1, forward_attn_impl="sdpa")),
-        ("multi_hop K=3 (sdpa capture)", "ifr_multi_hop", dict(hops=3, forward_attn_impl="sdpa")),
+    runs = [
+        ("multi_hop (sdpa capture, default)", "ifr_multi_hop", dict(hops=1)),
+        ("multi_hop (eager capture)", "ifr_multi_hop", dict(hops=1, forward_attn_impl=None)),
+        ("multi_hop_both (default)", "ifr_multi_hop_both", dict(hops=1)),
+        ("multi_hop K=3 (default)", "ifr_multi_hop", dict(hops=3)),
         ("multi_hop (stored eager attention)", "ifr_multi_hop", dict(hops=1, recompute_attention=False)),
-    ]:
-        att = build_attributor(method, **params)
-        res[name] = timed(lambda: last.__setitem__(name, att.attribute(model, tok, mi, sink, think)), args.repeats)
+    ]
+    # interleaved repeats, minimum kept: the machine may be shared, and contention only ever adds time
+    fwd_ts, res, last = [], {n: [] for n, _, _ in runs}, {}
+    for _ in range(args.repeats):
+        fwd_ts.append(timed(fwd))
+        for name, method, params in runs:
+            att = build_attributor(method, **params)
+            res[name].append(timed(lambda: last.__setitem__(name, att.attribute(model, tok, mi, sink, think))))
+    t_fwd = min(fwd_ts)
+    res = {n: min(v) for n, v in res.items()}
     print(f"{'forward pass with attentions':40s} {t_fwd:8.2f} s   1.00x")
     for name, t in res.items():
         tm = last[name].timings
         print(f"{name:40s} {t:8.2f} s   {t / t_fwd:.2f}x forward  (capture {tm['capture']:.2f} s, "
               f"attribution {tm['attribution']:.2f} s)")
     if not args.skip_all_positions:
-        att = build_attributor("ifr_all_positions", forward_attn_impl="sdpa")
-        t_all = timed(lambda: att.attribute(model, tok, mi, None, None), 1)
-        best = min(res["multi_hop (eager capture)"], res["multi_hop (sdpa capture)"])
+        att = build_attributor("ifr_all_positions")
+        t_all = timed(lambda: att.attribute(model, tok, mi, None, None))
+        best = res["multi_hop (sdpa capture, default)"]
         print(f"{'ifr_all_positions (per-token IFR)':40s} {t_all:8.2f} s   {t_all / t_fwd:.2f}x forward")
         print(f"per-token IFR / multi-hop IFR: {t_all / best:.1f}x  (paper: ~60x at 500 generated tokens, Qwen3-8B)")
     if not args.skip_memory:

@@ -13,6 +13,7 @@ from ctxbench.attribution import multi_hop as mh
 from ctxbench.attribution.ifr import IFRConfig
 
 FAMILIES = ["llama", "qwen3", "gpt2"]
+EAGER = dict(forward_attn_impl=None)  # capture with the loaded eager kernel, like capture() below
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -111,7 +112,7 @@ def test_per_token_ifr_matches_brute_force(fam):
     got = per_token_ifr(cap, sinks, IFRConfig(sink_chunk=2, chunk_elems=700)).numpy()  # tiny chunks: exercise them
     # fp32 against fp64: a proximity is a difference of two L1 norms, so its rounding error scales with |x_mid|_1
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=5e-5)
-    res = build_attributor("ifr_all_positions").attribute(model, FakeTokenizer(), mi, None, None)
+    res = build_attributor("ifr_all_positions", **EAGER).attribute(model, FakeTokenizer(), mi, None, None)
     cols = torch.cat([mi.prompt_positions, torch.arange(mi.gen_start, mi.input_ids.numel())]).numpy()
     np.testing.assert_allclose(res.matrix, ref[:, cols], rtol=1e-4, atol=5e-5)
 
@@ -142,7 +143,7 @@ def test_recomputed_attention_equals_stored(fam):
     torch.testing.assert_close(span_ifr(a, rows), span_ifr(b, rows), atol=1e-5, rtol=1e-5)
     for method in ("ifr_multi_hop", "ifr_multi_hop_both"):
         ra = build_attributor(method, recompute_attention=False).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
-        rb = build_attributor(method, recompute_attention=True).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+        rb = build_attributor(method, recompute_attention=True, forward_attn_impl=None).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
         np.testing.assert_allclose(ra.matrix, rb.matrix, atol=1e-5, equal_nan=True)
 
 
@@ -190,7 +191,7 @@ def test_multi_hop_zero_hops_is_masked_span_ifr(fam):
     family, model = fam
     mi = make_input()
     sink, think = (3, 4), (0, 2)
-    res = build_attributor("ifr_multi_hop", hops=0).attribute(model, FakeTokenizer(), mi, sink, think)
+    res = build_attributor("ifr_multi_hop", hops=0, **EAGER).attribute(model, FakeTokenizer(), mi, sink, think)
     cap = capture(model, mi.input_ids, mi.gen_start)
     v0 = span_ifr(cap, range(mi.gen_start + 3, mi.gen_start + 5))
     m = torch.ones(cap.T)
@@ -246,7 +247,7 @@ def test_multi_hop_both_rows_and_stop_tokens():
     ids = torch.tensor([10, 11, 12, 3, 13, 5, 14, 15, 20, 3, 21, 4, 22, 63])
     mi = make_input(ids=ids, gen_start=8)
     tok = FakeTokenizer()
-    res = build_attributor("ifr_multi_hop_both", hops=2).attribute(model, tok, mi, (2, 4), (0, 1))
+    res = build_attributor("ifr_multi_hop_both", hops=2, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
     written = [t for t in range(mi.G) if not np.isnan(res.matrix[t]).all()]
     assert written == [2, 4]  # non-stop tokens of S; the stop token 3 and EOS are never rows
     stop_cols = np.where(np.concatenate([res.prompt_stop_mask, res.gen_stop_mask]))[0]
@@ -254,8 +255,8 @@ def test_multi_hop_both_rows_and_stop_tokens():
     assert (res.matrix[2, stop_cols] == 0).all() and (res.hop_vectors[:, stop_cols] == 0).all()
     assert res.hop_vectors.shape == (3, mi.P + mi.G) and len(res.rho) == 3
     # hop0 switch: over S only vs over all_gen differ; defaults reproduce all_gen
-    r_sink = build_attributor("ifr_multi_hop_both", hops=0, hop0="sink").attribute(model, tok, mi, (2, 4), (0, 1))
-    r_all = build_attributor("ifr_multi_hop_both", hops=0).attribute(model, tok, mi, (2, 4), (0, 1))
+    r_sink = build_attributor("ifr_multi_hop_both", hops=0, hop0="sink", **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
+    r_all = build_attributor("ifr_multi_hop_both", hops=0, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
     cap = capture(model, mi.input_ids, mi.gen_start)
     keep = torch.ones(cap.T)
     keep[[3, 5, 9, 11, 13]] = 0  # prompt "," and "  ", generated "," "." and the EOS itself (a stop by weight)
@@ -270,6 +271,15 @@ def test_multi_hop_both_rows_and_stop_tokens():
     np.testing.assert_allclose(r_all.matrix[2], (v_all * kv * m)[cols].numpy(), rtol=1e-5, atol=1e-7)
     v_sink = span_ifr(cap, [10, 12])
     np.testing.assert_allclose(r_sink.hop_vectors[0], (v_sink * kv)[cols].numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_sdpa_capture_close_to_eager(fam):
+    family, model = fam
+    mi = make_input()
+    a = build_attributor("ifr_multi_hop", **EAGER).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+    b = build_attributor("ifr_multi_hop").attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+    np.testing.assert_allclose(a.matrix, b.matrix, atol=1e-4, equal_nan=True)
+    assert model.config._attn_implementation == "eager"
 
 
 def test_span_and_all_positions_rows():

@@ -157,3 +157,19 @@ def test_stages_refuse_to_fake_unimplemented_work(tmp_path, morehopqa_path):
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["dataset"]["examples"] == 2
     out = _cli("sample_and_filter.py", *args)
     assert out.returncode == 3 and "NOT YET IMPLEMENTED" in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_prepare_data_cli_is_deterministic_and_keeps_existing(tmp_path):
+    args = ["dataset=niah_mv_v2", "length=512", "num_samples=6", "seed=7", f"paths.data_dir={tmp_path / 'd'}",
+            f"paths.cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    out = _cli("prepare_data.py", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    f = tmp_path / "d" / "ruler_multihop" / "512" / "niah_mv_v2" / "validation.jsonl"
+    first = f.read_bytes()
+    assert len(first.splitlines()) == 6
+    out = _cli("prepare_data.py", *args)  # exists: kept
+    assert out.returncode == 0 and f.read_bytes() == first
+    f.unlink()
+    out = _cli("prepare_data.py", *args)  # regenerated: byte-identical
+    assert out.returncode == 0 and f.read_bytes() == first

@@ -7,13 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ctxbench.datasets.ruler_gen import TASKS as RULER_TASKS
 from ctxbench.errors import UnknownDatasetError
 
-# The 13 RULER tasks of the reference experiment (specs/ruler.md).
-RULER_REFERENCE_TASKS = (
-    "niah_mq_q2", "niah_mq_q4", "niah_mq_q8", "niah_mv_v2", "niah_mv_v4", "niah_mv_v8",
-    "vt_h2_c3", "vt_h4_c1", "vt_h6_c1", "vt_h10_c1", "hotpotqa_long",
-)
 REFUSED = {"math": "the reference's math dataset has no evidence spans or RULER format and is not supported"}
 RULER_SUBDIR = "ruler_multihop"
 
@@ -40,7 +36,7 @@ def ruler_task_files(data_dir: str | Path, task: str) -> dict[int, Path]:
 
 
 def available_datasets(data_dir: str | Path, cache_dir: str | Path) -> list[str]:
-    names = {"morehopqa", "jsonl", *RULER_REFERENCE_TASKS}
+    names = {"morehopqa", "jsonl", *RULER_TASKS}
     root = Path(data_dir) / RULER_SUBDIR
     if root.is_dir():
         names.update(p.parent.name for p in root.glob("*/*/validation.jsonl"))

@@ -1,0 +1,86 @@
+"""Faithfulness cost per example, in forward-pass equivalents: SmolLM2-135M on CPU, ~1000-token prompt.
+
+    python bench/bench_faithfulness.py [--prompt-tokens 1000] [--gen-tokens 100] [--batch-size 4] [--repeats 2]
+
+One unit = one plain forward pass over prompt + target with the model as the run stage loads it (eager attention,
+logits at every position). Two cases, three views each:
+  (a) seq and row rank alike, rec differs (IFR-like methods write one vector into every row)  goal < 25
+  (b) three distinct rankings                                                                 goal < 45
+Prints the distinct deleted inputs scored, forward passes (batches), seconds and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_input(tok, n_prompt: int, n_gen: int):
+    """Random token ids of exact lengths (the cost does not depend on the text), a short template prefix, EOS last."""
+    from ctxbench.prompts.formats import ModelInput
+
+    g = torch.Generator().manual_seed(0)
+    template = 8
+    ids = torch.randint(100, len(tok), (template + n_prompt + n_gen,), generator=g)
+    ids[-1] = tok.eos_token_id
+    return ModelInput(input_ids=ids, prompt_positions=torch.arange(template, template + n_prompt), prompt_offsets=[],
+                      gen_start=template + n_prompt, text="")
+
+
+def best_of(fn, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt-tokens", type=int, default=1000)
+    ap.add_argument("--gen-tokens", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    ap.add_argument("--attn", default="sdpa", help="attention kernel of the deletion passes ('none': the model's)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from ctxbench.metrics.faithfulness import faithfulness_for_views
+    from ctxbench.models import ModelConfig, load_causal_lm
+
+    lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
+    model, tok = lm.model, lm.tokenizer
+    mi = make_input(tok, args.prompt_tokens, args.gen_tokens)
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.random(mi.P) for _ in range(3))
+    cases = {"a: seq==row, rec": {"seq": w1, "row": 2 * w1, "rec": w2},
+             "b: three rankings": {"seq": w1, "row": w2, "rec": w3}}
+    attn = None if args.attn == "none" else args.attn
+
+    with torch.inference_mode():
+        forward = best_of(lambda: model(mi.input_ids[None]), args.repeats)
+    print(f"model {type(model).__name__} ({model.config._attn_implementation}), threads {torch.get_num_threads()}, "
+          f"T={mi.input_ids.numel()} (P={mi.P}, G={mi.G}), batch {args.batch_size}, deletion attention {attn}")
+    print(f"one forward pass: {forward:.3f} s")
+    for name, views in cases.items():
+        stats: dict = {}
+        secs = best_of(lambda: faithfulness_for_views(model, mi, views, tok.eos_token_id, batch_size=args.batch_size,
+                                                      attn_implementation=attn, stats=stats), args.repeats)
+        print(f"({name}) {stats['sequences']} distinct inputs of {stats['requested']} requested, "
+              f"{stats['forward_passes']} forward passes, {secs:.2f} s = {secs / forward:.1f} forward-pass equivalents")
+    with torch.inference_mode():
+        forward2 = best_of(lambda: model(mi.input_ids[None]), args.repeats)
+    print(f"one forward pass again: {forward2:.3f} s (noise check)")
+
+
+if __name__ == "__main__":
+    main()
