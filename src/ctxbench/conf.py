@@ -62,10 +62,8 @@ class AttributionConfig:
 @dataclass
 class ModeConfig:
     steps: int = 20  # faithfulness: deletion steps
-    views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])
-    batch_size: int = 8  # perturbed inputs per forward pass
+    batch_size: int = 8  # faithfulness: perturbed inputs per forward pass
     fraction: float = 0.1  # recovery: top fraction of prompt tokens
-    view: str = "seq"  # recovery / coverage: which view's prompt weights
 
 
 @dataclass
@@ -96,7 +94,10 @@ class RunConfig:
     mode: Dict[str, ModeConfig] = field(default_factory=dict)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     prompt_format: str = "table1"  # table1 | bare
+    views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
     max_examples: Optional[int] = None
+    heatmaps: int = 0  # write an HTML heat map of the prompt attribution for the first N examples
+    progress: bool = True
     seed: int = 0
     dry_run: bool = False
 
@@ -112,11 +113,18 @@ class PrepareConfig:
     overwrite: bool = False
 
 
+@dataclass
+class ReportConfig:
+    runs: List[str] = field(default_factory=list)  # multirun folders and/or run_exp job dirs
+    view: str = "seq"  # which token view's figures fill the table (the paper's Table 1: seq)
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="sample_schema", node=SampleConfig)
     cs.store(name="run_schema", node=RunConfig)
     cs.store(name="prepare_schema", node=PrepareConfig)
+    cs.store(name="report_schema", node=ReportConfig)
 
 
 def to_plain(cfg: Any) -> Any:

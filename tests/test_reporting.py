@@ -1,0 +1,115 @@
+"""Run summaries, the reference CSV layout, plots, heat maps, and the multirun Table-1 report."""
+
+import csv
+import json
+
+import pytest
+
+from ctxbench.reporting.aggregate import find_jobs, swept_keys, table1, write_table1
+from ctxbench.reporting.plots import deletion_curve_plots, heatmap_html
+from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
+
+VIEWS = ["seq", "row", "rec"]
+
+
+def faith(r, m, a):
+    return {v: {"RISE": r, "MAS": m, "RISE+AP": a, "curve": [0.0, -1.0, -2.0], "density": [1.0, 0.5, 0.0]}
+            for v in VIEWS}
+
+
+RECORDS = [
+    {"example_id": "a", "method": "ifr", "attribution_s": 1.0, "faithfulness": faith(0.1, 0.2, 0.3),
+     "recovery": {"seq": 1.0, "row": 0.5, "rec": 0.0}, "recovery_skipped": None},
+    {"example_id": "b", "method": "ifr", "attribution_s": 3.0, "faithfulness": faith(0.3, 0.4, 0.5),
+     "recovery": None, "recovery_skipped": "no gold"},
+    {"example_id": "c", "method": "ifr", "attribution_s": 2.0, "faithfulness": faith(0.2, 0.3, 0.4),
+     "recovery": {"seq": 0.0, "row": 0.5, "rec": 1.0}, "recovery_skipped": None},
+    {"example_id": "a", "method": "random", "attribution_s": 0.5, "faithfulness": faith(0.5, 0.5, 0.5),
+     "recovery": {"seq": 0.25, "row": 0.25, "rec": 0.25}, "recovery_skipped": None},
+]
+
+
+def test_summary_figures():
+    s = summarize(RECORDS, VIEWS)
+    ifr = s["ifr"]
+    assert ifr["examples"] == 3 and ifr["avg_attribution_s"] == pytest.approx(2.0)
+    # RISE 0.1, 0.3, 0.2: mean 0.2, population std sqrt((0.01 + 0.01 + 0) / 3)
+    assert ifr["faithfulness"]["seq"]["RISE"]["mean"] == pytest.approx(0.2)
+    assert ifr["faithfulness"]["seq"]["RISE"]["std"] == pytest.approx((0.02 / 3) ** 0.5)
+    assert ifr["recovery"]["seq"]["mean"] == pytest.approx(0.5) and ifr["recovery"]["rec"]["mean"] == pytest.approx(0.5)
+    assert (ifr["recovery_used"], ifr["recovery_skipped"]) == (2, 1)
+    assert s["random"]["recovery"]["row"]["std"] == 0.0
+
+
+def test_reference_csv_layout(tmp_path):
+    s = summarize(RECORDS, VIEWS)
+    paths = write_mode_csvs(tmp_path, s, VIEWS)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
+        "faithfulness/ifr.csv", "faithfulness/random.csv", "recovery/ifr.csv", "recovery/random.csv"]
+    rows = list(csv.reader(open(tmp_path / "faithfulness" / "ifr.csv")))
+    assert rows[0] == ["Method", "RISE", "MAS", "RISE+AP"]
+    assert [r[0] for r in rows[1:]] == ["Seq Attr Scores Mean", "Row Attr Scores Mean", "Recursive Attr Scores Mean",
+                                        "Seq Attr Scores Var", "Row Attr Scores Var", "Recursive Attr Scores Var",
+                                        "Avg Sample Time (s)"]
+    assert [float(x) for x in rows[1][1:]] == pytest.approx([0.2, 0.3, 0.4])
+    assert float(rows[7][1]) == pytest.approx(2.0)
+    rec = {r[0]: r[1] for r in csv.reader(open(tmp_path / "recovery" / "ifr.csv"))}
+    assert rec["Method"] == "Recovery@10%" and float(rec["Seq Attr Recovery Mean"]) == 0.5
+    assert rec["Examples Used"] == "2" and rec["Examples Skipped"] == "1"
+    md = markdown_summary(s, VIEWS, "t")
+    assert "| ifr | 0.200 ± 0.082 |" in md and "| random | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 1 | 0 |" in md
+
+
+def test_plots_and_heatmap(tmp_path):
+    written = deletion_curve_plots(RECORDS, VIEWS, tmp_path)
+    assert [p.name for p in written] == ["deletion_curve_seq.png", "deletion_curve_row.png", "deletion_curve_rec.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+    page = heatmap_html(["The", " key", " <is>"], [0.0, 2.0, 1.0], title="t", gold=[1], generated=[" 4", "2"])
+    assert "rgba(220, 38, 38, 1.000)" in page and "rgba(220, 38, 38, 0.500)" in page
+    assert "&lt;is&gt;" in page and "underline" in page and " 42" in page
+
+
+def make_job(root, name, dataset, overrides, summary_methods, **config_over):
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    config = {"dataset": {"name": dataset, "length": 1024}, "model": {"name": "smollm2-135m"},
+              "attribution": {m: {"method": m} for m in summary_methods}, "prompt_format": "table1",
+              "max_examples": 8, "paths": {"root": str(d)}}
+    config.update(config_over)
+    (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
+    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (d / "summary.json").write_text(json.dumps({"methods": summarize(
+        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"], VIEWS)}))
+    return d
+
+
+def test_table1_from_a_multirun(tmp_path):
+    root = tmp_path / "multirun"
+    make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop", "random"])
+    make_job(root, "1_dataset=vt_h2_c3", "vt_h2_c3", ["dataset=vt_h2_c3"], ["ifr_multi_hop", "random"])
+    jobs = find_jobs([root])
+    assert swept_keys(jobs) == {"dataset"}
+    datasets, methods, cells = table1(jobs)
+    assert datasets == ["niah_mq_q2", "vt_h2_c3"] and methods == ["ifr_multi_hop", "random"]
+    assert cells[("vt_h2_c3", "random")]["RISE"] == pytest.approx(0.2)
+    assert cells[("vt_h2_c3", "random")]["Recall@10%"] == pytest.approx(0.5)
+    md_path, csv_path, md = write_table1(jobs, tmp_path / "out")
+    assert "| niah_mq_q2 (3) | 0.200 | 0.300 | 0.400 | 0.500 | 0.200 |" in md
+    rows = list(csv.reader(open(csv_path)))
+    assert rows[0][:4] == ["dataset", "n", "ifr_multi_hop/RISE", "ifr_multi_hop/MAS"]
+
+
+def test_report_refuses_unswept_differences_and_duplicates(tmp_path):
+    a = make_job(tmp_path, "a", "niah_mq_q2", [], ["ifr"])
+    b = make_job(tmp_path, "b", "vt_h2_c3", [], ["ifr"], model={"name": "qwen3-8b"})
+    with pytest.raises(ValueError, match=r"not swept.*model.name"):
+        table1(find_jobs([a, b]))
+    c = make_job(tmp_path, "c", "niah_mq_q2", [], ["ifr"])
+    with pytest.raises(ValueError, match="two runs give ifr on niah_mq_q2"):
+        table1(find_jobs([a, c]))
+    # A swept model is fine (but then the cells collide unless datasets differ).
+    d = make_job(tmp_path, "d", "niah_mq_q2", ["model=smollm2-135m"], ["ifr"])
+    e = make_job(tmp_path, "e", "vt_h2_c3", ["model=qwen3-8b"], ["ifr"], model={"name": "qwen3-8b"})
+    assert len(table1(find_jobs([d, e]))[0]) == 2
+    with pytest.raises(FileNotFoundError, match="no finished run_exp job"):
+        find_jobs([tmp_path / "a" / ".hydra"])
