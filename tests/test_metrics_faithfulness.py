@@ -229,5 +229,5 @@ def test_deletion_scores_smollm2(smollm2):
         with torch.no_grad():
             logp = torch.log_softmax(model(x[None].to(smollm2.device)).logits[0].double(), -1).cpu()
         expected.append(float(logp[torch.arange(mi.gen_start - 1, x.numel() - 1), x[mi.gen_start:]].sum()))
-    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)  # sdpa vs eager: ~2e-5 seen
     assert got[0] > got[-1]  # deleting the whole prompt makes the answer less likely

@@ -47,16 +47,22 @@ class RetrieverConfig:
 
 @dataclass
 class AttributionConfig:
+    """One method's settings; each method reads only the fields it knows (ctxbench.attribution.base.method_parameters)."""
+
     method: str = "???"
-    hops: int = 1
-    tau: float = 0.0
+    hops: int = 1  # multi-hop IFR: hops K through the chain of thought (Table 1: 1 for faithfulness, 3 for recovery)
     hop0: str = "all_gen"  # ifr_multi_hop_both: hop 0 over all_gen (Table 1) or over the sink ("sink")
-    recompute_attention: bool = True  # recompute attention per layer instead of storing all layers
-    sink_chunk: int = 64
-    source_chunk: int = 512
-    ig_steps: int = 20
-    seed: int = 0
-    save_traces: bool = False
+    tau: float = 0.0  # IFR: proximities below tau count 0
+    recompute_attention: bool = True  # IFR: rebuild attention per layer (O(heads T^2) memory) instead of storing it
+    forward_attn_impl: Optional[str] = "sdpa"  # IFR capture pass kernel when recomputing; null keeps the loaded one
+    sink_chunk: int = 64  # IFR: sink rows per chunk
+    chunk_elems: int = 4194304  # IFR: elements per (sources x heads x d) chunk
+    ig_steps: int = 20  # integrated gradients (and attention x IG)
+    ig_batch: int = 4  # IG steps per backward pass
+    times_ig: bool = False  # attention: multiply by integrated gradients, as the reference does
+    layer: int = -1  # attention: which layer's head-mean attention
+    seed: int = 0  # random
+    save_traces: bool = False  # write per-example hop vectors as .npz under traces/
 
 
 @dataclass

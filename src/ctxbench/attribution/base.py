@@ -176,3 +176,11 @@ def build_attributor(method: str, **params: Any) -> Attributor:
     if method not in _REGISTRY:
         raise ValueError(f"unknown attribution method {method!r}; available: {', '.join(available_methods())}")
     return _REGISTRY[method](**params)
+
+
+def method_parameters(method: str) -> set[str]:
+    """Parameter names ``method`` accepts (so a caller holding one shared settings record passes only these)."""
+    if method not in _REGISTRY:
+        raise ValueError(f"unknown attribution method {method!r}; available: {', '.join(available_methods())}")
+    cls = _REGISTRY[method]
+    return set(getattr(cls, "defaults", {})) | set(getattr(cls, "extra_defaults", {}))

@@ -8,6 +8,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from ctxbench.metrics.faithfulness import deletion_order
 from ctxbench.spans import tokens_overlapping
 
 
@@ -33,10 +34,9 @@ def top_k_count(n: int, fraction: float) -> int:
 
 
 def top_k_indices(w, k: int, rank_mask=None) -> np.ndarray:
-    """The k prompt indices with the largest weight (among rankable ones); ties go to the earlier position."""
-    w = np.asarray(w, dtype=np.float64).reshape(-1)
-    idx = np.arange(w.shape[0]) if rank_mask is None else np.flatnonzero(np.asarray(rank_mask, dtype=bool))
-    return idx[np.argsort(-w[idx], kind="stable")[:k]]
+    """The k prompt indices with the largest weight (among rankable ones); ties go to the earlier position
+    (the same ranking as the faithfulness deletion order)."""
+    return deletion_order(w, rank_mask)[:k]
 
 
 def recall_at_fraction(w, gold: Iterable[int], fraction: float = 0.1, rank_mask=None) -> Optional[float]:
