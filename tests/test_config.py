@@ -49,6 +49,10 @@ def test_groups_are_present():
 
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
 def test_every_option_composes(group, option):
+    if group == "experiment":  # global bundles, added with +experiment=<name>
+        cfg = _compose("run", [f"+experiment={option}", "paths.root=/tmp/ctxbench-root"])
+        OmegaConf.to_object(cfg)
+        return
     used = False
     for main in MAIN_CONFIGS:
         if group not in _groups_of(main):
@@ -75,6 +79,15 @@ def test_several_modes_and_methods_in_one_run():
     assert list(cfg.mode) == ["faithfulness", "recovery", "coverage"]
     assert list(cfg.attribution) == ["ifr_multi_hop_both", "attention"]
     assert cfg.attribution.ifr_multi_hop_both.hop0 == "all_gen"
+
+
+def test_quick_default_and_table1_bundle():
+    quick = _compose("run", [])
+    assert (quick.dataset.name, quick.dataset.length, quick.max_examples) == ("niah_mq_q2", 512, 3)
+    assert list(quick.attribution) == ["ifr_multi_hop", "random"] and list(quick.mode) == ["faithfulness", "recovery"]
+    t1 = _compose("run", ["+experiment=table1", "dataset=vt_h4_c1"])
+    assert (t1.dataset.name, t1.dataset.length, t1.max_examples, t1.prompt_format) == ("vt_h4_c1", 1024, 100, "table1")
+    assert list(t1.attribution) == ["ifr_multi_hop_both", "ifr_all_positions", "attention", "integrated_gradients"]
 
 
 @pytest.mark.parametrize("override", ["dataset.lenght=1024", "model.dtpye=float32", "mode.faithfulness.stpes=3",

@@ -68,7 +68,7 @@ class AttributionConfig:
 @dataclass
 class ModeConfig:
     steps: int = 20  # faithfulness: deletion steps
-    batch_size: int = 8  # faithfulness: perturbed inputs per forward pass
+    batch_size: int = 4  # faithfulness: perturbed inputs per forward pass (CPU: 1-4; GPU: more)
     fraction: float = 0.1  # recovery: top fraction of prompt tokens
 
 

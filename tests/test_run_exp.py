@@ -1,0 +1,80 @@
+"""run_exp end to end on the real SmolLM2 and a generated niah task: figures, files, resume, stale-config refusal."""
+
+import csv
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from ctxbench.conf import register_configs
+from ctxbench.errors import DataError
+from ctxbench.stages.run import RESULTS, run_stage
+
+from conftest import CACHE_DIR, ROOT
+
+register_configs()
+
+
+def run_cfg(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="run", overrides=[
+            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={CACHE_DIR}",
+            f"paths.exp_data_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.length=512",
+            "dataset.num_samples=4", "max_examples=4", "progress=false", *overrides])
+
+
+@pytest.mark.slow
+def test_ifr_beats_random_end_to_end(tmp_path, capsys):
+    out = tmp_path / "job"
+    cfg = run_cfg(tmp_path, "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]", "views=[seq,row]",
+                  "heatmaps=1", "attribution.ifr_multi_hop.save_traces=true")
+    summary = run_stage(cfg, out)
+    figures = {m: (s["faithfulness"]["seq"]["RISE"]["mean"], s["faithfulness"]["seq"]["MAS"]["mean"],
+                   s["recovery"]["seq"]["mean"]) for m, s in summary.items()}
+    print("\nRISE / MAS / Recall@10% (seq view, 4 examples of niah_mq_q2 at 512 tokens):")
+    for m, f in figures.items():
+        print(f"  {m:20s} {f[0]:.3f} {f[1]:.3f} {f[2]:.3f}")
+    for m in ("ifr_multi_hop", "ifr_multi_hop_both"):
+        assert figures[m][0] < figures["random"][0], "IFR should delete the evidence first (lower RISE)"
+        assert figures[m][2] > figures["random"][2], "IFR should recover the needles better than chance"
+        assert summary[m]["recovery_used"] == 4 and summary[m]["recovery_skipped"] == 0
+    # Files: per-example lines, reference CSVs, Markdown, plots, heat map, traces.
+    lines = (out / RESULTS).read_text().splitlines()
+    assert len(lines) == 12
+    rec = json.loads(lines[0])
+    assert {"example_id", "method", "faithfulness", "recovery", "attribution_s", "config"} <= set(rec)
+    assert len(rec["faithfulness"]["seq"]["curve"]) == 21
+    rows = list(csv.reader(open(out / "faithfulness" / "ifr_multi_hop.csv")))
+    assert rows[0] == ["Method", "RISE", "MAS", "RISE+AP"] and rows[1][0] == "Seq Attr Scores Mean"
+    assert (out / "recovery" / "random.csv").exists() and (out / "summary.md").exists()
+    assert (out / "deletion_curve_seq.png").exists() and (out / "deletion_curve_row.png").exists()
+    assert len(list((out / "heatmaps" / "ifr_multi_hop").glob("*.html"))) == 1
+    assert len((out / "traces" / "ifr_multi_hop" / "manifest.jsonl").read_text().splitlines()) == 4
+    assert "## Recovery@10%" in capsys.readouterr().out
+    # Rerun in the same dir: nothing recomputed, same summary.
+    before = (out / RESULTS).read_bytes()
+    again = run_stage(cfg, out)
+    assert (out / RESULTS).read_bytes() == before and again == summary
+    # Another configuration for a method already there is refused, and nothing is lost.
+    with pytest.raises(DataError, match="another configuration"):
+        run_stage(run_cfg(tmp_path, "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]", "views=[seq,row]",
+                          "attribution.ifr_multi_hop.hops=2"), out)
+    assert (out / RESULTS).read_bytes() == before
+
+
+@pytest.mark.slow
+def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "mh.jsonl").write_text(json.dumps(dict(
+        prompt="Paris is in France.\nWhere is Paris?", target="It is in France.\nFrance", indices_to_explain=None,
+        attr_mask_indices=None, sink_span=None, thinking_span=None, metadata={"id": "q1"})) + "\n")
+    cfg = run_cfg(tmp_path, "dataset=morehopqa", "dataset.name=mh", "mode=[faithfulness,recovery]")
+    from ctxbench.evaluation import ExampleRefused
+
+    with pytest.raises(ExampleRefused, match="mode recovery needs evidence spans"):
+        run_stage(cfg, tmp_path / "job")
+    # Faithfulness alone works on a cached example with a target (whole generation as sink).
+    summary = run_stage(run_cfg(tmp_path, "dataset=morehopqa", "dataset.name=mh", "mode=faithfulness",
+                                "attribution=[ifr_multi_hop]", "views=[seq]"), tmp_path / "job2")
+    assert summary["ifr_multi_hop"]["examples"] == 1
