@@ -54,7 +54,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from ctxbench.metrics.faithfulness import attention_kernel, faithfulness_for_views
+    from ctxbench.metrics.faithfulness import faithfulness_for_views
+    from ctxbench.models.attention import attention_kernel
     from ctxbench.models import ModelConfig, load_causal_lm
 
     lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")

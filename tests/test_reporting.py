@@ -113,3 +113,17 @@ def test_report_refuses_unswept_differences_and_duplicates(tmp_path):
     assert len(table1(find_jobs([d, e]))[0]) == 2
     with pytest.raises(FileNotFoundError, match="no finished run_exp job"):
         find_jobs([tmp_path / "a" / ".hydra"])
+
+
+def test_coverage_summary_and_csv(tmp_path):
+    cov = lambda x: {v: {"within": x, "above_half": 1.0, "above_mean": x / 2} for v in VIEWS}
+    recs = [{"example_id": "a", "method": "m", "attribution_s": 1.0, "coverage": cov(1.0)},
+            {"example_id": "b", "method": "m", "attribution_s": 1.0, "coverage": cov(0.0)},
+            {"example_id": "c", "method": "m", "attribution_s": 1.0, "coverage": None}]
+    s = summarize(recs, VIEWS)
+    assert s["m"]["coverage"]["row"]["within"] == {"mean": 0.5, "std": 0.5}
+    write_mode_csvs(tmp_path, s, VIEWS)
+    rows = list(csv.reader(open(tmp_path / "coverage" / "m.csv")))
+    assert rows[0] == ["Method", "within", "above_half", "above_mean"]
+    assert rows[1] == ["Seq Attr Coverage Mean", "0.5", "1.0", "0.25"] and rows[4][0] == "Seq Attr Coverage Std"
+    assert "## Coverage of gold sentences" in markdown_summary(s, VIEWS, "t")

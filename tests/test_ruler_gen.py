@@ -236,3 +236,21 @@ def test_loads_with_the_ruler_loader(smol_tokenizer, morehopqa_path, tmp_path):
         assert len(examples) == 2
         for ex in examples:
             assert ex.attr_mask_indices, f"{task}: no gold sentence overlaps the needle spans"
+
+
+@pytest.mark.parametrize("task,length", _cases())
+def test_attr_mask_indices_recomputed(generated, smol_tokenizer, task, length):
+    """The loader's gold sentences, recomputed by brute force: a prompt sentence is gold iff one of its characters
+    lies inside a needle span; the gold sentences together hold every needle sentence."""
+    from ctxbench.datasets.ruler import ruler_example
+    from ctxbench.datasets.sentences import split_sentences
+
+    for rec in generated[task, length][0]:
+        ex = ruler_example(rec, task=task)
+        evidence = {c for ns in rec["needle_spans"] for c in range(*ns["span"])}
+        sentences = split_sentences(ex.prompt)
+        expected = [i for i, (a, b) in enumerate(sentences) if any(c in evidence for c in range(a, b))]
+        assert ex.attr_mask_indices == expected and expected
+        gold_text = " ".join(ex.prompt[a:b] for i, (a, b) in enumerate(sentences) if i in expected)
+        for ns in rec["needle_spans"]:
+            assert all(part in gold_text for part in ns["sentence"].split("\n") if part)

@@ -91,21 +91,15 @@ class SampleConfig:
 
 
 @dataclass
-class RunConfig:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+class RunConfig(SampleConfig):
+    """Stage 2 reads what stage 1 does (its examples may come from the same raw data), plus what to attribute and score."""
+
     attribution: Dict[str, AttributionConfig] = field(default_factory=dict)
     mode: Dict[str, ModeConfig] = field(default_factory=dict)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
     prompt_format: str = "table1"  # table1 | bare
     views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
-    max_examples: Optional[int] = None
     heatmaps: int = 0  # write an HTML heat map of the prompt attribution for the first N examples
     progress: bool = True
-    seed: int = 0
-    dry_run: bool = False
 
 
 @dataclass

@@ -17,12 +17,13 @@ optional sliding window) and GPT-2 (LayerNorm, fused qkv ``Conv1D`` with biases,
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
+
+from ctxbench.models.attention import attention_kernel
 
 
 class UnsupportedModelError(ValueError):
@@ -258,24 +259,6 @@ def _hidden_arg(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
 
-@contextmanager
-def _attn_implementation(model, impl: Optional[str]):
-    """Temporarily switch the attention kernel (e.g. sdpa for a recompute-mode forward on an eager-loaded model)."""
-    old = getattr(model.config, "_attn_implementation", None)
-    if impl is None or impl == old or not hasattr(model, "set_attn_implementation"):
-        yield
-        return
-    try:
-        model.set_attn_implementation(impl)
-    except Exception:  # kernel not available: keep the loaded one, only speed is at stake
-        yield
-        return
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(old)
-
-
 @torch.no_grad()
 def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: bool = False,
             forward_attn_impl: Optional[str] = None) -> Capture:
@@ -336,7 +319,7 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
             handles.append(ad.attn(li).register_forward_hook(attn_out(li), with_kwargs=True))
     impl = "eager" if store_attention else forward_attn_impl
     try:
-        with _attn_implementation(model, impl):
+        with attention_kernel(model, impl):
             model.base_model(input_ids=ids, use_cache=False)
     except _StopForward:
         pass

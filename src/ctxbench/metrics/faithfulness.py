@@ -10,7 +10,6 @@ deleted) and the last one (every rankable token deleted) are common to all views
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
+
+from ctxbench.models.attention import attention_kernel
 
 log = logging.getLogger(__name__)
 
@@ -171,27 +172,6 @@ def _accepts_logits_to_keep(model) -> bool:
         return "logits_to_keep" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
-
-
-@contextlib.contextmanager
-def attention_kernel(model, implementation: Optional[str]):
-    """Temporarily run an eager-attention ``model`` with another attention implementation (deletion passes need no
-    attention probabilities, and the fused kernel is about twice as fast on CPU). Any other kernel (sdpa, flash) is
-    left alone. Restores eager afterwards."""
-    old = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if implementation is None or old != "eager" or not hasattr(model, "set_attn_implementation"):
-        yield
-        return
-    try:
-        model.set_attn_implementation(implementation)
-    except (ValueError, ImportError, NotImplementedError) as e:
-        log.debug("keeping attention %s (%s unavailable: %s)", old, implementation, e)
-        yield
-        return
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(old)
 
 
 def _check_input(model_input: _ModelInputLike) -> tuple[torch.Tensor, int, int]:

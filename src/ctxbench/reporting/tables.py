@@ -62,35 +62,35 @@ def _fmt(x: Optional[float]) -> str:
     return "" if x is None else repr(float(x))
 
 
+def _stat_rows(views, label: str, std_label: str, cells) -> list[list[str]]:
+    """Rows ``<View> Attr <label> Mean`` then ``... <std_label>``; ``cells(view, stat)`` gives the row's values."""
+    return [[f"{VIEW_LABELS[v]} Attr {label} {name}", *cells(v, stat)]
+            for stat, name in (("mean", "Mean"), ("std", std_label)) for v in views]
+
+
 def write_faithfulness_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
     """The reference's layout: rows ``<View> Attr Scores Mean`` / ``... Var`` (it stores the standard deviation under
     "Var"; we keep its labels so existing readers work) x columns RISE, MAS, RISE+AP, then the average time."""
-    rows = [["Method", *FAITH_METRICS]]
-    for stat, label in (("mean", "Mean"), ("std", "Var")):
-        for v in views:
-            rows.append([f"{VIEW_LABELS[v]} Attr Scores {label}",
-                         *[_fmt(s["faithfulness"][v][m][stat]) for m in FAITH_METRICS]])
-    rows.append(["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])])
+    f = s["faithfulness"]
+    rows = [["Method", *FAITH_METRICS],
+            *_stat_rows(views, "Scores", "Var", lambda v, st: [_fmt(f[v][m][st]) for m in FAITH_METRICS]),
+            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
     _write_rows(path, rows)
 
 
 def write_recovery_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
-    rows = [["Method", "Recovery@10%"]]
-    for stat, label in (("mean", "Mean"), ("std", "Std")):
-        for v in views:
-            rows.append([f"{VIEW_LABELS[v]} Attr Recovery {label}", _fmt(s["recovery"][v][stat])])
-    rows += [["Examples Used", str(s["recovery_used"])], ["Examples Skipped", str(s["recovery_skipped"])],
-             ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
+    r = s["recovery"]
+    rows = [["Method", "Recovery@10%"], *_stat_rows(views, "Recovery", "Std", lambda v, st: [_fmt(r[v][st])]),
+            ["Examples Used", str(s["recovery_used"])], ["Examples Skipped", str(s["recovery_skipped"])],
+            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
     _write_rows(path, rows)
 
 
 def write_coverage_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
-    rows = [["Method", *COVERAGE_METRICS]]
-    for stat, label in (("mean", "Mean"), ("std", "Std")):
-        for v in views:
-            rows.append([f"{VIEW_LABELS[v]} Attr Coverage {label}",
-                         *[_fmt(s["coverage"][v][m][stat]) for m in COVERAGE_METRICS]])
-    rows.append(["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])])
+    c = s["coverage"]
+    rows = [["Method", *COVERAGE_METRICS],
+            *_stat_rows(views, "Coverage", "Std", lambda v, st: [_fmt(c[v][m][st]) for m in COVERAGE_METRICS]),
+            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
     _write_rows(path, rows)
 
 
