@@ -8,13 +8,15 @@ VOCAB = 64
 
 
 def tiny_model(family: str, seed: int = 0):
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen3Config
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config
 
     torch.manual_seed(seed)
     common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=128)
     if family == "llama":
         cfg = LlamaConfig(num_key_value_heads=2, max_position_embeddings=256, attention_bias=True, **common)
+    elif family == "qwen2":  # q/k/v biases, no o bias, GQA
+        cfg = Qwen2Config(num_key_value_heads=2, max_position_embeddings=256, **common)
     elif family == "qwen3":
         cfg = Qwen3Config(num_key_value_heads=2, max_position_embeddings=256, head_dim=16, **common)
     elif family == "gpt2":

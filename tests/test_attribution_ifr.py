@@ -12,7 +12,7 @@ from ctxbench.attribution import build_attributor, capture, per_token_ifr, recon
 from ctxbench.attribution import multi_hop as mh
 from ctxbench.attribution.ifr import IFRConfig
 
-FAMILIES = ["llama", "qwen3", "gpt2"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gpt2"]
 EAGER = dict(forward_attn_impl=None)  # capture with the loaded eager kernel, like capture() below
 
 
