@@ -144,7 +144,7 @@ RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for 
 def test_multirun_writes_one_job_dir_each(tmp_path):
     data = tmp_path / "data"
     for task in ("niah_mq_q2", "vt_h2_c3"):
-        f = data / "ruler_multihop" / "1024" / task / "validation.jsonl"
+        f = data / "ruler_multihop" / "512" / task / "validation.jsonl"  # the default job's length
         f.parent.mkdir(parents=True)
         f.write_text(json.dumps(RULER_LINE) + "\n")
     sweep = tmp_path / "sweep"
