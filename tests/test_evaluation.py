@@ -88,3 +88,19 @@ def test_refusals(smol_tokenizer):
     with pytest.raises(ExampleRefused, match="mode coverage needs gold sentence"):
         check_modes_supported(no_spans, ModeSettings(coverage={}), "morehopqa")
     check_modes_supported(no_spans, ModeSettings(faithfulness={}), "morehopqa")
+
+
+def test_coverage_of_the_needle_sentence(smol_tokenizer):
+    tok = smol_tokenizer
+    prepared = prepare_example(ruler_example(ruler_line(), task="t", tokenizer=tok), tok, "table1", need_gold=True)
+    P, G, gold = prepared.model_input.P, prepared.model_input.G, prepared.gold_tokens
+    assert prepared.example.attr_mask_indices == [3]  # intro | grass | sky | needle | ...
+    modes = ModeSettings(coverage={})
+    w = np.zeros(P)
+    w[gold] = 1.0  # all mass on the one gold sentence: ratio 1 = E, inside (E/2, 3E/2), above E/2, not above E
+    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    assert out["coverage"]["seq"] == {"within": 1.0, "above_half": 1.0, "above_mean": 0.0}
+    w = np.ones(P)
+    w[gold] = 0.0
+    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    assert out["coverage"]["rec"] == {"within": 0.0, "above_half": 0.0, "above_mean": 0.0}

@@ -45,6 +45,7 @@ class PreparedExample:
     sink_span: Optional[list]
     thinking_span: Optional[list]
     gold_tokens: Optional[list] = None  # recovery: prompt-token indices inside evidence spans
+    sentences: Optional[list] = None  # coverage: the prompt's sentence spans, split once for all methods
     notes: dict = field(default_factory=dict)
 
 
@@ -125,10 +126,10 @@ def score(model, tokenizer, prepared: PreparedExample, result: AttributionResult
         out["recovery_skipped"] = None if rec else "no prompt token overlaps the evidence spans"
         out["gold_tokens"] = len(gold or [])
     if modes.coverage is not None:
-        ex = prepared.example
-        gold_sentences = ex.attr_mask_indices or []
-        sentences = split_sentences(ex.prompt)
-        cov = {v: coverage(w, prepared.model_input.prompt_offsets, sentences, gold_sentences)
+        if prepared.sentences is None:
+            prepared.sentences = split_sentences(prepared.example.prompt)
+        gold_sentences = prepared.example.attr_mask_indices or []
+        cov = {v: coverage(w, prepared.model_input.prompt_offsets, prepared.sentences, gold_sentences)
                for v, w in weights.items()}
         out["coverage"] = cov if any(c is not None for c in cov.values()) else None
     return out
