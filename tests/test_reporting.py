@@ -127,3 +127,19 @@ def test_coverage_summary_and_csv(tmp_path):
     assert rows[0] == ["Method", "within", "above_half", "above_mean"]
     assert rows[1] == ["Seq Attr Coverage Mean", "0.5", "1.0", "0.25"] and rows[4][0] == "Seq Attr Coverage Std"
     assert "## Coverage of gold sentences" in markdown_summary(s, VIEWS, "t")
+
+
+def test_report_cli_writes_table1(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    root = tmp_path / "multirun"
+    make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop_both"])
+    make_job(root, "1_dataset=vt_h2_c3", "vt_h2_c3", ["dataset=vt_h2_c3"], ["ifr_multi_hop_both"])
+    out = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"), f"runs=[{root}]",
+                          f"hydra.run.dir={tmp_path / 'report'}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| vt_h2_c3 (3) | 0.200 | 0.300 | 0.400 | 0.500 |" in out.stdout
+    assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()

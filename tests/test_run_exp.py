@@ -51,6 +51,11 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert len(list((out / "heatmaps" / "ifr_multi_hop").glob("*.html"))) == 1
     assert len((out / "traces" / "ifr_multi_hop" / "manifest.jsonl").read_text().splitlines()) == 4
     assert "## Recovery@10%" in capsys.readouterr().out
+    # The job feeds the Table-1 report.
+    from ctxbench.reporting.aggregate import find_jobs, write_table1
+
+    _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
+    assert "| niah_mq_q2 (4) |" in table and "ifr_multi_hop_both Recall@10%" in table
     # Rerun in the same dir: nothing recomputed, same summary.
     before = (out / RESULTS).read_bytes()
     again = run_stage(cfg, out)
