@@ -53,19 +53,25 @@ class FamilyAdapter:
     head_dim: int
     d_model: int
 
-    def __init__(self, model):
+    # Attribute names inside one decoder layer: the attention block, and the module whose input is x_mid (the
+    # residual right after the attention block).
+    attn_name: str = "self_attn"
+    mid_name: str = "post_attention_layernorm"
+
+    def __init__(self, model, layers):
         self.model = model
+        self._layers = list(layers)
+        self.n_layers = len(self._layers)
 
     # --- structure -------------------------------------------------------------------------------------------------
     def layers(self) -> list:
-        raise NotImplementedError
+        return self._layers
 
     def attn(self, li: int):
-        raise NotImplementedError
+        return getattr(self._layers[li], self.attn_name)
 
     def mid_module(self, li: int):
-        """The module whose input is ``x_mid`` (the residual right after the attention block)."""
-        raise NotImplementedError
+        return getattr(self._layers[li], self.mid_name)
 
     # --- per-layer maths (inputs fp32 on the model's device) -------------------------------------------------------
     def values(self, li: int, h: torch.Tensor) -> torch.Tensor:
@@ -110,9 +116,7 @@ class LlamaLikeAdapter(FamilyAdapter):
     _FORBIDDEN = ("post_self_attn_layernorm", "post_attention_norm", "pre_feedforward_layernorm")
 
     def __init__(self, model):
-        super().__init__(model)
-        base = model.base_model
-        self._layers = list(base.layers)
+        super().__init__(model, model.base_model.layers)
         first = self._layers[0]
         for name in self._FORBIDDEN:
             if hasattr(first, name):
@@ -120,22 +124,12 @@ class LlamaLikeAdapter(FamilyAdapter):
                                             "before the residual add, IFR's decomposition does not apply")
         a = first.self_attn
         cfg = model.config
-        self.n_layers = len(self._layers)
         self.head_dim = int(a.head_dim)
         self.n_heads = a.q_proj.out_features // self.head_dim
         self.n_kv_heads = a.k_proj.out_features // self.head_dim
         self.d_model = int(cfg.hidden_size)
         if getattr(cfg, "attn_logit_softcapping", None):
             raise UnsupportedModelError("attention logit soft-capping is not supported")
-
-    def layers(self):
-        return self._layers
-
-    def attn(self, li):
-        return self._layers[li].self_attn
-
-    def mid_module(self, li):
-        return self._layers[li].post_attention_layernorm
 
     def _expand(self, x: torch.Tensor) -> torch.Tensor:
         # GQA: query head h reads KV head h // group (the order of transformers' repeat_kv).
@@ -178,23 +172,15 @@ class LlamaLikeAdapter(FamilyAdapter):
 class GPT2Adapter(FamilyAdapter):
     """GPT-2: LayerNorm, fused qkv Conv1D (weight is (in, out)), biases everywhere, absolute position embeddings."""
 
+    attn_name = "attn"
+    mid_name = "ln_2"
+
     def __init__(self, model):
-        super().__init__(model)
-        self._layers = list(model.base_model.h)
+        super().__init__(model, model.base_model.h)
         a = self._layers[0].attn
-        self.n_layers = len(self._layers)
         self.n_heads = self.n_kv_heads = int(a.num_heads)
         self.head_dim = int(a.head_dim)
         self.d_model = int(a.embed_dim)
-
-    def layers(self):
-        return self._layers
-
-    def attn(self, li):
-        return self._layers[li].attn
-
-    def mid_module(self, li):
-        return self._layers[li].ln_2
 
     def _part(self, li, h, k: int) -> torch.Tensor:
         a, d = self.attn(li), self.d_model
