@@ -10,12 +10,16 @@ per-token path never holds more than ``chunk_elems`` elements of the (heads x si
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
-from ctxbench.attribution.capture import Capture
+from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix, register
+from ctxbench.attribution.capture import Capture, capture
 
 
 @dataclass
@@ -192,15 +196,6 @@ def reconstruct_x_mid(cap: Capture, li: int, rows) -> torch.Tensor:
 
 
 # --- attributors ----------------------------------------------------------------------------------------------------
-
-import logging  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from ctxbench.attribution.base import (AttributionResult, Attributor, InputContext, empty_matrix,  # noqa: E402
-                                       register)
-from ctxbench.attribution.capture import capture  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,15 @@ def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weight
         v = span_ifr(cap, rows, weights, cfg)
         return v * keep if keep is not None else v
 
+    def cot_share(v, prev_rho):
+        """The next hop's weights (v's mass on the CoT rows) and rho_k = rho_{k-1} * CoT mass / total mass."""
+        w, tot = v[hop_rows], float(v.sum())
+        return w, (prev_rho * float(w.sum()) / tot if tot > 0 else 0.0)
+
     v = hop(hop0_rows, hop0_weights)
     observed = v * obs_mask
-    vecs, rho = [v], []
-    w = v[hop_rows]
-    tot = float(v.sum())
-    rho.append(float(w.sum()) / tot if tot > 0 else 0.0)
+    w, r = cot_share(v, 1.0)
+    vecs, rho = [v], [r]
     for _ in range(int(hops)):
         if float(w.sum()) <= 0 or rho[-1] <= 0:  # no mass left in the CoT: later hops add nothing
             vecs.append(torch.zeros_like(v))
@@ -49,9 +52,8 @@ def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weight
         v = hop(hop_rows, w)
         observed += rho[-1] * (v * obs_mask)
         vecs.append(v)
-        w = v[hop_rows]
-        tot = float(v.sum())
-        rho.append(rho[-1] * float(w.sum()) / tot if tot > 0 else 0.0)
+        w, r = cot_share(v, rho[-1])
+        rho.append(r)
     return HopResult(observed, vecs, rho)
 
 
