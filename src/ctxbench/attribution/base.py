@@ -7,10 +7,11 @@ Coordinates: the model input has T tokens; ``input_ids[gen_start:]`` are the G g
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
@@ -46,13 +47,20 @@ class AttributionResult:
         return self.matrix[:, :self.P]
 
 
+@dataclass
 class Attributor(ABC):
-    """Builds a G x (P+G) attribution matrix for one model input."""
+    """Builds a G x (P+G) attribution matrix for one model input.
 
-    method: str = ""
+    Subclasses are dataclasses: their typed fields are the method's parameters (the config node of
+    ``conf/attribution/<name>.yaml`` holds ``_target_`` plus these keywords) and ``__post_init__`` checks their values,
+    so a bad setting fails when the method is built, before any model is loaded.
+    """
 
-    def __init__(self, **params: Any):
-        self.params = dict(params)
+    method: ClassVar[str] = ""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None,
                   thinking_span: Span = None) -> AttributionResult:
@@ -64,7 +72,7 @@ class Attributor(ABC):
         res = self._attribute(model, tokenizer, ctx, sink, think, timings)
         timings["total"] = time.perf_counter() - t0
         res.timings = timings
-        res.params = dict(self.params)
+        res.params = self.params
         return res
 
     @abstractmethod
@@ -152,35 +160,3 @@ def is_stop_text(text: str) -> bool:
 def stop_mask(tokenizer, ids) -> np.ndarray:
     ids = [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
     return np.array([is_stop_text(tokenizer.decode([i])) for i in ids], dtype=bool)
-
-
-# --- registry -------------------------------------------------------------------------------------------------------
-
-_REGISTRY: dict[str, Callable[..., Attributor]] = {}
-
-
-def register(name: str):
-    def deco(cls):
-        cls.method = name
-        _REGISTRY[name] = cls
-        return cls
-    return deco
-
-
-def available_methods() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def build_attributor(method: str, **params: Any) -> Attributor:
-    """Make the attributor for ``method`` (see ``available_methods()``); unknown parameters are refused."""
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown attribution method {method!r}; available: {', '.join(available_methods())}")
-    return _REGISTRY[method](**params)
-
-
-def method_parameters(method: str) -> set[str]:
-    """Parameter names ``method`` accepts (so a caller holding one shared settings record passes only these)."""
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown attribution method {method!r}; available: {', '.join(available_methods())}")
-    cls = _REGISTRY[method]
-    return set(getattr(cls, "defaults", {})) | set(getattr(cls, "extra_defaults", {}))

@@ -6,28 +6,21 @@ prompt tokens and the generated tokens before t (the causal past), other columns
 
 from __future__ import annotations
 
-import logging
 import time
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, register
+from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
+from ctxbench.tokens import pad_id
 
-log = logging.getLogger(__name__)
 
-
+@dataclass
 class _Baseline(Attributor):
-    defaults: dict = {}
-
-    def __init__(self, **params):
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            log.warning("%s ignores parameters %s", self.method, unknown)
-        super().__init__(**{k: params.get(k, v) for k, v in self.defaults.items()})
-
     def _finish(self, ctx, full: torch.Tensor, timings, t0) -> AttributionResult:
         """full: (G, T) scores over absolute positions -> causal (G, P+G) matrix."""
         A = ctx.to_columns(full).detach().float().cpu().numpy()
@@ -40,12 +33,24 @@ def _predicting_rows(ctx) -> torch.Tensor:
     return torch.arange(ctx.gen_start - 1, ctx.T - 1, device=ctx.input_ids.device)
 
 
-@register("attention")
-class AttentionAttributor(_Baseline):
-    """Head-mean attention of the last layer (``layer``=-1), recomputed from one captured pass.
-    ``times_ig``: multiply by integrated gradients (same ``ig_steps``)."""
+def _check_ig(method: str, steps: int, batch: int) -> None:
+    if steps < 2 or batch < 1:
+        raise ValueError(f"{method}: ig_steps must be >= 2 and ig_batch >= 1, got {steps} and {batch}")
 
-    defaults = dict(layer=-1, times_ig=False, ig_steps=20, ig_batch=1)
+
+@dataclass
+class AttentionAttributor(_Baseline):
+    """Head-mean attention of layer ``layer`` (the last: -1), recomputed from one captured pass.
+    ``times_ig``: multiply by integrated gradients (``ig_steps`` points, ``ig_batch`` per forward pass)."""
+
+    method: ClassVar[str] = "attention"
+    layer: int = -1
+    times_ig: bool = False
+    ig_steps: int = 20
+    ig_batch: int = 4
+
+    def __post_init__(self):
+        _check_ig(self.method, self.ig_steps, self.ig_batch)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
@@ -53,18 +58,12 @@ class AttentionAttributor(_Baseline):
         with torch.no_grad():
             cap = capture(model, ctx.input_ids, int(rows[0]))
             timings["capture"] = cap.seconds
-            li = self.params["layer"] % len(cap.layers)
+            li = self.layer % len(cap.layers)
             lv = LayerView(cap, li, IFRConfig())
             full = torch.cat([lv.attn_rows(rows[i:i + 64]).mean(0) for i in range(0, rows.numel(), 64)])
-        if self.params["times_ig"]:
-            full = full * _integrated_gradients(model, ctx, tokenizer, int(self.params["ig_steps"]),
-                                                int(self.params["ig_batch"]))
+        if self.times_ig:
+            full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch)
         return self._finish(ctx, full, timings, t0)
-
-
-def _eos_id(tokenizer) -> int:
-    e = tokenizer.eos_token_id
-    return int(e[0] if isinstance(e, (list, tuple)) else e)
 
 
 def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor) -> torch.Tensor:
@@ -91,7 +90,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torc
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(ctx.input_ids.view(1, -1)).float()
-        x0 = emb(torch.full_like(ctx.input_ids.view(1, -1), _eos_id(tokenizer))).float()
+        x0 = emb(torch.full_like(ctx.input_ids.view(1, -1), pad_id(tokenizer))).float()
     alphas = torch.linspace(0, 1, steps, device=x.device)
     wts = torch.full((steps,), 1.0 / max(1, steps - 1), device=x.device)
     wts[0] /= 2
@@ -107,6 +106,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torc
     return total
 
 
+@dataclass
 class _GradBaseline(_Baseline):
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
@@ -124,33 +124,41 @@ class _GradBaseline(_Baseline):
         return self._finish(ctx, full, timings, t0)
 
 
-@register("input_x_gradient")
+@dataclass
 class InputXGradientAttributor(_GradBaseline):
+    method: ClassVar[str] = "input_x_gradient"
+
     def _scores(self, model, tokenizer, ctx):
         x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
         return _grad_x_input(model, x, ctx, x.detach().float())
 
 
-@register("integrated_gradients")
+@dataclass
 class IntegratedGradientsAttributor(_GradBaseline):
-    """``ig_steps`` (20) interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward."""
+    """``ig_steps`` interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward pass."""
 
-    defaults = dict(ig_steps=20, ig_batch=1)
+    method: ClassVar[str] = "integrated_gradients"
+    ig_steps: int = 20
+    ig_batch: int = 4
+
+    def __post_init__(self):
+        _check_ig(self.method, self.ig_steps, self.ig_batch)
 
     def _scores(self, model, tokenizer, ctx):
-        return _integrated_gradients(model, ctx, tokenizer, int(self.params["ig_steps"]), int(self.params["ig_batch"]))
+        return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch)
 
 
-@register("random")
+@dataclass
 class RandomAttributor(_Baseline):
-    """Uniform [0, 1) scores on the causal past, from ``seed`` (0) mixed with the input ids, so the same example
-    always gets the same matrix."""
+    """Uniform [0, 1) scores on the causal past, from ``seed`` mixed with the input ids, so the same example always
+    gets the same matrix (the config passes the run's top-level ``seed``)."""
 
-    defaults = dict(seed=0)
+    method: ClassVar[str] = "random"
+    seed: int = 0
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
         ids = ctx.input_ids.detach().cpu().numpy().astype(np.uint64)
-        rng = np.random.default_rng([int(self.params["seed"]), int(ids.sum() % (1 << 63)), ids.size])
+        rng = np.random.default_rng([int(self.seed), int(ids.sum() % (1 << 63)), ids.size])
         full = torch.as_tensor(rng.random((ctx.G, ctx.T), dtype=np.float32), device=ctx.input_ids.device)
         return self._finish(ctx, full, timings, t0)

@@ -10,15 +10,14 @@ per-token path never holds more than ``chunk_elems`` elements of the (heads x si
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 
-from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix, register
+from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix
 from ctxbench.attribution.capture import Capture, capture
 
 
@@ -197,44 +196,47 @@ def reconstruct_x_mid(cap: Capture, li: int, rows) -> torch.Tensor:
 
 # --- attributors ----------------------------------------------------------------------------------------------------
 
-log = logging.getLogger(__name__)
 
-
+@dataclass
 class IFRAttributorBase(Attributor):
-    """Shared parameters and the capture step of every IFR method.
+    """Parameters and the capture step every IFR method shares.
 
-    Parameters: ``tau`` (0), ``recompute_attention`` (True: attention rows rebuilt per layer from the captured
-    input; False: stored eager probabilities of the generated rows), ``forward_attn_impl`` (kernel of the capture pass in
-    recompute mode: "sdpa" by default, several times faster than eager on CPU and changing IFR only by kernel
-    rounding, ~1e-5; None keeps the loaded kernel, which makes recomputed and stored attention agree to 1e-6), ``sink_chunk``, ``chunk_elems``, ``f_cache_bytes``.
+    ``recompute_attention``: rebuild attention rows per layer from the captured input (memory O(heads x T^2) for one
+    layer) instead of storing the eager probabilities of the generated rows. ``forward_attn_impl``: kernel of the capture
+    pass when recomputing ("sdpa" is several times faster than eager on CPU and changes IFR only by kernel rounding,
+    ~1e-5; None keeps the loaded kernel, and recomputed and stored attention then agree to 1e-6).
     """
 
-    defaults: dict = dict(tau=0.0, recompute_attention=True, forward_attn_impl="sdpa", sink_chunk=64,
-                          chunk_elems=1 << 22, f_cache_bytes=1 << 30)
-    extra_defaults: dict = {}
+    tau: float = 0.0  # proximities below tau count 0
+    recompute_attention: bool = True
+    forward_attn_impl: Optional[str] = "sdpa"
+    sink_chunk: int = 64  # sink rows whose attention is formed at once
+    chunk_elems: int = 1 << 22  # elements of one (sources x heads x d) block
+    f_cache_bytes: int = 1 << 30  # keep one layer's head outputs when they fit
 
-    def __init__(self, **params):
-        known = {**self.defaults, **self.extra_defaults}
-        unknown = sorted(set(params) - set(known))
-        if unknown:  # the run stage may hand one parameter set to every method
-            log.warning("%s ignores parameters %s", self.method, unknown)
-        merged = {k: params.get(k, v) for k, v in known.items()}
-        super().__init__(**merged)
-        p = self.params
-        self.cfg = IFRConfig(tau=float(p["tau"]), sink_chunk=int(p["sink_chunk"]), chunk_elems=int(p["chunk_elems"]),
-                             f_cache_bytes=int(p["f_cache_bytes"]))
+    def __post_init__(self):
+        for name in ("sink_chunk", "chunk_elems", "f_cache_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{self.method}: {name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def cfg(self) -> IFRConfig:
+        return IFRConfig(tau=float(self.tau), sink_chunk=int(self.sink_chunk), chunk_elems=int(self.chunk_elems),
+                         f_cache_bytes=int(self.f_cache_bytes))
 
     def _capture(self, model, ctx: InputContext, timings: dict):
         t0 = time.perf_counter()
-        cap = capture(model, ctx.input_ids, ctx.gen_start, store_attention=not self.params["recompute_attention"],
-                      forward_attn_impl=self.params["forward_attn_impl"])
+        cap = capture(model, ctx.input_ids, ctx.gen_start, store_attention=not self.recompute_attention,
+                      forward_attn_impl=self.forward_attn_impl)
         timings["capture"] = time.perf_counter() - t0
         return cap
 
 
-@register("ifr_span")
+@dataclass
 class SpanIFRAttributor(IFRAttributorBase):
     """One span-IFR vector over the sink span (whole generation if None), written into every row of the span."""
+
+    method: ClassVar[str] = "ifr_span"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         sink = sink or (0, ctx.G - 1)
@@ -249,9 +251,11 @@ class SpanIFRAttributor(IFRAttributorBase):
                                  rows_written=np.arange(sink[0], sink[1] + 1))
 
 
-@register("ifr_all_positions")
+@dataclass
 class AllPositionsIFRAttributor(IFRAttributorBase):
     """Per-token IFR: row t is the IFR of the sink at generated token t (every generated token)."""
+
+    method: ClassVar[str] = "ifr_all_positions"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         with torch.no_grad():

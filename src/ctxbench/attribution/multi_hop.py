@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 
-from ctxbench.attribution.base import AttributionResult, empty_matrix, register, stop_mask
+from ctxbench.attribution.base import AttributionResult, empty_matrix, stop_mask
 from ctxbench.attribution.capture import Capture
 from ctxbench.attribution.ifr import IFRAttributorBase, IFRConfig, span_ifr
+from ctxbench.tokens import eos_ids
 
 
 @dataclass
@@ -68,11 +69,21 @@ def _result(self, ctx, hr: HopResult, obs_mask, rows_written, **extra) -> Attrib
         rows_written=np.asarray(rows_written, dtype=np.int64), **extra)
 
 
-@register("ifr_multi_hop")
-class MultiHopIFRAttributor(IFRAttributorBase):
-    """S = sink span (whole generation if None), T = thinking span (S if None); ``hops`` K (default 1)."""
+def _check_hops(method: str, hops: int) -> None:
+    if hops < 0:
+        raise ValueError(f"{method}: hops must be >= 0, got {hops}")
 
-    extra_defaults = dict(hops=1)
+
+@dataclass
+class MultiHopIFRAttributor(IFRAttributorBase):
+    """S = sink span (whole generation if None), T = thinking span (S if None); ``hops`` K through the CoT."""
+
+    method: ClassVar[str] = "ifr_multi_hop"
+    hops: int = 1  # Table 1: 1 for faithfulness, 3 for recovery
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_hops(self.method, self.hops)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         sink = sink or (0, ctx.G - 1)
@@ -86,19 +97,12 @@ class MultiHopIFRAttributor(IFRAttributorBase):
             m[t_rows] = 0
             m[s_rows] = 0
             m[int(t_rows[-1]) + 1:] = 0
-            hr = hop_chain(cap, self.cfg, s_rows, None, t_rows, m, self.params["hops"])
+            hr = hop_chain(cap, self.cfg, s_rows, None, t_rows, m, self.hops)
             timings["attribution"] = time.perf_counter() - t0
         return _result(self, ctx, hr, m, np.arange(sink[0], sink[1] + 1))
 
 
-def _eos_ids(tokenizer) -> set:
-    e = getattr(tokenizer, "eos_token_id", None)
-    if e is None:
-        return set()
-    return {int(x) for x in (e if isinstance(e, (list, tuple, set)) else [e])}
-
-
-@register("ifr_multi_hop_both")
+@dataclass
 class MultiHopBothAttributor(IFRAttributorBase):
     """FlashTrace (paper Table 1): multi-hop with stop tokens soft-deleted and hops over ``all_gen``.
 
@@ -108,15 +112,20 @@ class MultiHopBothAttributor(IFRAttributorBase):
     Rows are written for the non-stop tokens of S.
     """
 
-    extra_defaults = dict(hops=1, hop0="all_gen")
+    method: ClassVar[str] = "ifr_multi_hop_both"
+    hops: int = 1
+    hop0: str = "all_gen"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_hops(self.method, self.hops)
+        if self.hop0 not in ("all_gen", "sink"):
+            raise ValueError(f"{self.method}: hop0={self.hop0!r}: expected 'all_gen' or 'sink'")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
-        hop0 = self.params["hop0"]
-        if hop0 not in ("all_gen", "sink"):
-            raise ValueError(f"hop0={hop0!r}: expected 'all_gen' or 'sink'")
         G = ctx.G
         gen_ids = ctx.input_ids[ctx.gen_start:]
-        last = G - 1 - (1 if int(gen_ids[-1]) in _eos_ids(tokenizer) else 0)
+        last = G - 1 - (1 if int(gen_ids[-1]) in eos_ids(tokenizer) else 0)
         if last < 0:
             raise ValueError("nothing to attribute: the generation is only EOS")
         if sink is not None and sink[0] > last:
@@ -139,8 +148,8 @@ class MultiHopBothAttributor(IFRAttributorBase):
             m = torch.ones(ctx.T, device=dev)
             m[int(a_rows[0]):] = 0  # all_gen and everything after it
             m *= keep
-            h0_rows = a_rows if hop0 == "all_gen" else ctx.gen_rows(sink)
-            hr = hop_chain(cap, self.cfg, h0_rows, keep[h0_rows], a_rows, m, self.params["hops"], keep=keep)
+            h0_rows = a_rows if self.hop0 == "all_gen" else ctx.gen_rows(sink)
+            hr = hop_chain(cap, self.cfg, h0_rows, keep[h0_rows], a_rows, m, self.hops, keep=keep)
             timings["attribution"] = time.perf_counter() - t0
         rows = np.array([t for t in range(sink[0], sink[1] + 1) if not g_stop[t]], dtype=np.int64)
         return _result(self, ctx, hr, m, rows, prompt_stop_mask=p_stop, gen_stop_mask=g_stop)

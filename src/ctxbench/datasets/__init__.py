@@ -1,23 +1,13 @@
-"""Dataset loaders: MoreHopQA, RULER JSONL, sampled CachedExample caches, and name resolution."""
+"""Datasets: one class per kind (``MoreHopQA``, ``RulerTask``, ``RulerJsonl``) with the sampled-cache priority of
+``Dataset.load``; the raw loaders underneath."""
 
 from __future__ import annotations
 
-from ctxbench.datasets.morehopqa import load_morehopqa
-from ctxbench.datasets.resolve import DatasetSource, resolve_dataset
+from ctxbench.datasets.base import Dataset, LoadedSource, Paths, file_fingerprint
+from ctxbench.datasets.morehopqa import MoreHopQA, load_morehopqa, morehopqa_sample
 from ctxbench.datasets.ruler import load_ruler_jsonl
+from ctxbench.datasets.ruler_task import RulerJsonl, RulerTask
 from ctxbench.example import CachedExample, read_examples
 
-
-def load_source(source: DatasetSource, tokenizer=None) -> list[CachedExample]:
-    """Load every example of a resolved source (spans validated against ``tokenizer`` when given)."""
-    if source.kind == "cache":
-        return list(read_examples(source.path, tokenizer=tokenizer))
-    if source.kind == "ruler":
-        return load_ruler_jsonl(source.path, tokenizer=tokenizer)
-    if source.kind == "morehopqa":
-        return load_morehopqa(source.path)
-    raise ValueError(f"unknown source kind {source.kind!r}")
-
-
-__all__ = ["CachedExample", "DatasetSource", "load_morehopqa", "load_ruler_jsonl", "load_source", "read_examples",
-           "resolve_dataset"]
+__all__ = ["CachedExample", "Dataset", "LoadedSource", "MoreHopQA", "Paths", "RulerJsonl", "RulerTask",
+           "file_fingerprint", "load_morehopqa", "load_ruler_jsonl", "morehopqa_sample", "read_examples"]

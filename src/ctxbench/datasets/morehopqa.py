@@ -1,12 +1,25 @@
-"""MoreHopQA (a JSON array of multi-hop questions with their gold paragraphs) -> CachedExample rows (spec §2)."""
+"""MoreHopQA (a JSON array of multi-hop questions with their gold paragraphs) -> CachedExample rows (docs/data.md).
+
+The project ships the 150-row sample published with the dataset (CC BY 4.0, Schnitzler et al., arXiv 2406.13397) as
+the offline default; any file of the same schema (e.g. the 1,118-row ``with_human_verification.json``) can be named.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import ClassVar, Optional
 
+from ctxbench.datasets.base import Dataset, Paths
 from ctxbench.errors import DataError
 from ctxbench.example import CachedExample
+
+
+def morehopqa_sample() -> Path:
+    """The packaged 150-row MoreHopQA sample."""
+    return Path(str(resources.files("ctxbench") / "resources" / "morehopqa" / "morehopqa_final_150samples.json"))
 
 
 def morehopqa_prompt(context: list, question: str) -> str:
@@ -37,7 +50,7 @@ def _check_row(row, i: int, path: Path) -> None:
 def load_morehopqa(path: str | Path) -> list[CachedExample]:
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: MoreHopQA file not found (set dataset.path)")
+        raise DataError("MoreHopQA file not found (set dataset.path)", file=path)
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -54,3 +67,18 @@ def load_morehopqa(path: str | Path) -> list[CachedExample]:
                       "original_context": row["context"], "reference_answer": row["answer"]},
         ))
     return out
+
+
+@dataclass(kw_only=True)
+class MoreHopQA(Dataset):
+    """Raw MoreHopQA rows (no target: the sampling stage makes the generations to explain). ``path``: a file of the
+    MoreHopQA schema; None = the packaged 150-row sample."""
+
+    kind: ClassVar[str] = "morehopqa"
+    path: Optional[str] = None
+
+    def raw_path(self, paths: Paths, tokenizer=None) -> Path:
+        return Path(self.path) if self.path else morehopqa_sample()
+
+    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
+        return load_morehopqa(path)

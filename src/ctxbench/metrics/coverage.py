@@ -1,4 +1,4 @@
-"""Sentence-level coverage (spec §5.3, legacy): does each gold sentence get about its fair share of the attribution?
+"""Sentence-level coverage (docs/metrics.md, legacy): does each gold sentence get about its fair share of the attribution?
 
 Per gold sentence g: ``ratio_g = |mass on g| / total prompt mass`` with ``E = 1 / #gold``; reported are the fractions of
 gold sentences with ratio in (E/2, 3E/2), above E/2, and above E. As in the reference, a sentence's mass is the absolute
@@ -8,9 +8,13 @@ every sentence form one extra part of the total, so no prompt mass is lost).
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
+
+from ctxbench.errors import ExampleRefused
+from ctxbench.metrics.scorer import Metric, Scorer
 
 COVERAGE_KEYS = ("within", "above_half", "above_mean")
 
@@ -57,3 +61,28 @@ def coverage(w, token_offsets, sentence_spans, gold_sentences: Iterable[int]) ->
     return {"within": float(np.mean((ratios > e / 2) & (ratios < 1.5 * e))),
             "above_half": float(np.mean(ratios > e / 2)),
             "above_mean": float(np.mean(ratios > e))}
+
+
+@dataclass
+class CoverageScorer(Scorer):
+    """Mode ``coverage`` (legacy): how many gold sentences (``attr_mask_indices``) get about their share of the mass."""
+
+    name: ClassVar[str] = "coverage"
+    title: ClassVar[str] = "Coverage of gold sentences (legacy)"
+    csv_label: ClassVar[str] = "Coverage"
+
+    def metrics(self) -> list[Metric]:
+        return [Metric(k, k, higher_is_better=True) for k in COVERAGE_KEYS]
+
+    def check(self, examples, dataset):
+        if not any(e.attr_mask_indices for e in examples):
+            raise ExampleRefused(f"mode coverage needs gold sentence indices (attr_mask_indices); dataset {dataset!r} "
+                                 f"has none")
+
+    def score(self, model, tokenizer, prepared, result, weights):
+        gold = prepared.example.attr_mask_indices or []
+        cov = {v: coverage(w, prepared.model_input.prompt_offsets, prepared.sentences, gold) for v, w in weights.items()}
+        return {self.name: cov if any(c is not None for c in cov.values()) else None}
+
+    def values(self, view_record):
+        return view_record

@@ -1,4 +1,4 @@
-"""Token-level faithfulness by guided deletion: RISE, MAS and RISE+AP (spec §5.1; lower is better).
+"""Token-level faithfulness by guided deletion: RISE, MAS and RISE+AP (docs/metrics.md; lower is better).
 
 Prompt tokens are ranked by their attribution weight ``w`` and deleted (replaced by the pad id, the EOS id) in
 K = min(20, P) cumulative blocks; ``s_t`` is the log-probability of the generated tokens after t blocks are gone.
@@ -13,12 +13,14 @@ from __future__ import annotations
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
+from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
+from ctxbench.tokens import pad_id
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class DeletionSchedule:
 def _as_weights(w) -> np.ndarray:
     arr = np.asarray(w, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(arr)):
-        # Views already map NaN to 0 (spec §4.4); a NaN here is a bug upstream, and it would make the ranking arbitrary.
+        # Views already map NaN to 0 (docs/attribution.md, token views); a NaN here is a bug upstream, and it would make the ranking arbitrary.
         raise ValueError("attribution weights contain NaN or inf")
     return arr
 
@@ -280,3 +282,40 @@ def faithfulness_for_views(model, model_input: _ModelInputLike, view_weights: Ma
         results[view] = {**curve_metrics(scores, sched.density), "curve": scores.tolist(),
                          "density": sched.density.tolist()}
     return results
+
+
+@dataclass
+class FaithfulnessScorer(Scorer):
+    """Mode ``faithfulness``: RISE, MAS and RISE+AP by guided deletion (docs/metrics.md); lower is better.
+
+    ``steps``: deletion steps (K = min(steps, P)); ``batch_size``: perturbed inputs per forward pass (CPU 1-4, GPU more).
+    """
+
+    name: ClassVar[str] = "faithfulness"
+    title: ClassVar[str] = "Faithfulness"
+    csv_std_label: ClassVar[str] = "Var"  # the reference stores the standard deviation under "Var"; kept for its readers
+    steps: int = MAX_STEPS
+    batch_size: int = 4
+
+    def __post_init__(self):
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"faithfulness: steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
+
+    def metrics(self) -> list[Metric]:
+        return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES]
+
+    def score(self, model, tokenizer, prepared, result, weights):
+        rank_mask = None if result.prompt_stop_mask is None else ~np.asarray(result.prompt_stop_mask, dtype=bool)
+        stats: dict = {}
+        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=pad_id(tokenizer),
+                                        rank_mask=rank_mask, batch_size=self.batch_size, max_steps=self.steps,
+                                        stats=stats)
+        return {self.name: scores, "faithfulness_stats": stats}
+
+    def values(self, view_record):
+        return None if view_record is None else {m: view_record[m] for m in METRIC_NAMES}
+
+    def write_plots(self, records, views, output_dir):
+        from ctxbench.reporting.plots import deletion_curve_plots
+
+        return deletion_curve_plots(records, views, output_dir, field=self.name)

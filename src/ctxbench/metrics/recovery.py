@@ -1,14 +1,17 @@
-"""Recovery@10% (spec §5.2; RULER only, higher is better): the share of gold prompt tokens (those overlapping a needle's
-character span) among the top 10% of prompt tokens by attribution weight."""
+"""Recovery (docs/metrics.md; RULER only, higher is better): the share of gold prompt tokens (those overlapping an evidence
+span) among the top ``fraction`` (10% in the paper) of prompt tokens by attribution weight."""
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
+from ctxbench.errors import ExampleRefused
 from ctxbench.metrics.faithfulness import deletion_order
+from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.spans import tokens_overlapping
 
 
@@ -60,3 +63,44 @@ def recall_at_fraction(w, gold: Iterable[int], fraction: float = 0.1, rank_mask=
         return None
     top = top_k_indices(w, top_k_count(n, fraction), rank_mask)
     return len(gold_set.intersection(top.tolist())) / len(gold_set)
+
+
+@dataclass
+class RecoveryScorer(Scorer):
+    """Mode ``recovery``: Recall@``fraction`` of the evidence tokens (``metadata.needle_spans``); higher is better."""
+
+    name: ClassVar[str] = "recovery"
+    title: ClassVar[str] = "Recovery"
+    csv_label: ClassVar[str] = "Recovery"
+    fraction: float = 0.1
+
+    def __post_init__(self):
+        top_k_count(1, self.fraction)  # refuses a fraction outside (0, 1]
+
+    @property
+    def label(self) -> str:
+        return f"Recall@{self.fraction * 100:g}%"
+
+    def metrics(self) -> list[Metric]:
+        return [Metric("recall", self.label, higher_is_better=True)]
+
+    def check(self, examples, dataset):
+        if not any(e.metadata.get("needle_spans") for e in examples):
+            raise ExampleRefused(f"mode recovery needs evidence spans (metadata.needle_spans, RULER data from "
+                                 f"prepare_data); dataset {dataset!r} has none")
+
+    def score(self, model, tokenizer, prepared, result, weights):
+        gold = prepared.evidence_tokens
+        rec = {v: recall_at_fraction(w, gold, self.fraction) for v, w in weights.items()} if gold else None
+        return {self.name: rec, "recovery_skipped": None if rec else "no prompt token overlaps the evidence spans",
+                "gold_tokens": len(gold or [])}
+
+    def values(self, view_record):
+        return None if view_record is None else {"recall": view_record}
+
+    def csv_metric_label(self, metric):
+        return f"Recovery@{self.fraction * 100:g}%"
+
+    def csv_extra_rows(self, summary, views):
+        used = summary[self.name][views[0]]["recall"]["n"] if views else 0
+        return [["Examples Used", str(used)], ["Examples Skipped", str(summary["examples"] - used)]]

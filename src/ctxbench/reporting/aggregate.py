@@ -11,11 +11,10 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-from ctxbench.reporting.tables import FAITH_METRICS
+from ctxbench.reporting.tables import direction, metric_header
 
 # Keys that never change a result: where files live, how progress is shown, extra artefacts.
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps")
-RECALL = "Recall@10%"
+IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "save_traces")
 
 
 @dataclass
@@ -94,38 +93,42 @@ def check_consistent(jobs: list[JobRun]) -> None:
                          + "; ".join(bad))
 
 
-def table1(jobs: list[JobRun], view: str = "seq") -> tuple[list[str], list[str], dict[tuple[str, str], dict]]:
-    """``(datasets, methods, cells)`` with ``cells[(dataset, method)] = {RISE, MAS, RISE+AP, Recall@10%, n}``."""
+def table1(jobs: list[JobRun], view: str = "seq"
+           ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
+    """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
+    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples}``."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
     where: dict[tuple[str, str], Path] = {}
-    datasets, methods = [], []
+    datasets, methods, metrics = [], [], {}
     for job in jobs:
+        scorers = job.summary.get("scorers", {})
+        for desc in scorers.values():
+            for m in desc["metrics"]:
+                metrics.setdefault(m["label"], m)
         for method, s in job.summary["methods"].items():
             key = (job.dataset, method)
             if key in cells:
                 raise ValueError(f"two runs give {method} on {job.dataset}: {where[key]} and {job.path}")
             cell: dict[str, Optional[float]] = {"n": s["examples"]}
-            for m in FAITH_METRICS:
-                cell[m] = s["faithfulness"][view][m]["mean"] if "faithfulness" in s else None
-            cell[RECALL] = s["recovery"][view]["mean"] if "recovery" in s else None
+            for name, desc in scorers.items():
+                for m in desc["metrics"]:
+                    cell[m["label"]] = s[name][view][m["key"]]["mean"] if name in s else None
             cells[key], where[key] = cell, job.path
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
             if method not in methods:
                 methods.append(method)
-    return datasets, methods, cells
-
-
-def metrics_present(methods, datasets, cells) -> list[str]:
-    return [m for m in (*FAITH_METRICS, RECALL)
-            if any(cells.get((d, me), {}).get(m) is not None for d in datasets for me in methods)]
+    return datasets, methods, list(metrics.values()), cells
 
 
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq") -> tuple[Path, Path, str]:
-    datasets, methods, cells = table1(jobs, view)
-    metrics = metrics_present(methods, datasets, cells)
-    header = ["dataset (N)"] + [f"{me} {m}" for me in methods for m in metrics]
+    datasets, methods, metrics, cells = table1(jobs, view)
+    metrics = [m for m in metrics
+               if any(cells.get((d, me), {}).get(m["label"]) is not None for d in datasets for me in methods)]
+    mixed = len({m["higher_is_better"] for m in metrics}) > 1
+    labels = [m["label"] for m in metrics]
+    header = ["dataset (N)"] + [f"{me} {metric_header(m, mixed)}" for me in methods for m in metrics]
 
     def n_of(d):
         ns = {cells[(d, me)]["n"] for me in methods if (d, me) in cells}
@@ -136,9 +139,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq") 
         row = [f"{d} ({n_of(d)})"]
         for me in methods:
             c = cells.get((d, me), {})
-            row += ["–" if c.get(m) is None else f"{c[m]:.3f}" for m in metrics]
+            row += ["–" if c.get(m) is None else f"{c[m]:.3f}" for m in labels]
         rows.append(row)
-    md = "\n".join([f"Table 1 layout ({view} view; RISE, MAS, RISE+AP: lower is better; {RECALL}: higher is better)", "",
+    md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)})", "",
                     "| " + " | ".join(header) + " |", "|---" * len(header) + "|",
                     *["| " + " | ".join(r) + " |" for r in rows]])
     out = Path(output_dir)
@@ -147,8 +150,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq") 
     md_path.write_text(md + "\n", encoding="utf-8")
     with open(csv_path, "w", newline="", encoding="utf-8") as fp:
         w = csv.writer(fp)
-        w.writerow(["dataset", "n"] + [f"{me}/{m}" for me in methods for m in metrics])
+        w.writerow(["dataset", "n"] + [f"{me}/{m}" for me in methods for m in labels])
         for d in datasets:
             w.writerow([d, n_of(d)] + ["" if cells.get((d, me), {}).get(m) is None else cells[(d, me)][m]
-                                       for me in methods for m in metrics])
+                                       for me in methods for m in labels])
     return md_path, csv_path, md

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ctxbench.metrics.faithfulness import normalized_curve
-from ctxbench.reporting.tables import VIEW_LABELS
+from ctxbench.metrics.scorer import VIEW_LABELS
 
 GRID = np.linspace(0.0, 1.0, 21)
 
@@ -20,8 +20,10 @@ def _on_grid(curve: Sequence[float]) -> np.ndarray:
     return np.interp(GRID, np.linspace(0.0, 1.0, len(n)), n)
 
 
-def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path) -> list[Path]:
-    """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks."""
+def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path,
+                         field: str = "faithfulness") -> list[Path]:
+    """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks
+    (the ``curve`` of each view in the records' ``field``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +31,7 @@ def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], ou
 
     curves: dict[str, dict[str, list[np.ndarray]]] = {v: {} for v in views}
     for r in records:
-        for v, f in (r.get("faithfulness") or {}).items():
+        for v, f in (r.get(field) or {}).items():
             if v in curves and f.get("curve"):
                 curves[v].setdefault(r["method"], []).append(_on_grid(f["curve"]))
     written = []

@@ -1,114 +1,48 @@
 """Per-run summaries of the per-example result records, and the files the reference writes (CSV per mode and method).
 
-A result record (one line of ``results.jsonl``) holds, for one example and one attribution method::
-
-    {"example_id", "method", "P", "G", "attribution_s",
-     "faithfulness": {view: {"RISE", "MAS", "RISE+AP", "curve", "density"}},      # when mode faithfulness ran
-     "recovery": {view: recall or null}, "recovery_skipped": reason or null,     # when mode recovery ran
-     "coverage": {view: {"within", "above_half", "above_mean"} or null}}            # when mode coverage ran
+A result record (one line of ``results.jsonl``) holds, for one example and one attribution method, ``example_id``,
+``method``, ``P``, ``G``, ``attribution_s`` and the fields each scorer writes (``faithfulness``, ``recovery``, ...:
+``{view: values}``). Every table here is built from the scorers' own description of their metrics.
 """
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
-import numpy as np
-
-VIEW_LABELS = {"seq": "Seq", "row": "Row", "rec": "Recursive"}
-FAITH_METRICS = ("RISE", "MAS", "RISE+AP")
-COVERAGE_METRICS = ("within", "above_half", "above_mean")
+from ctxbench.metrics.scorer import VIEW_LABELS, Scorer, mean_std
 
 
-def _mean_std(values: list[float]) -> tuple[Optional[float], Optional[float]]:
-    if not values:
-        return None, None
-    arr = np.asarray(values, dtype=np.float64)
-    return float(arr.mean()), float(arr.std())
-
-
-def summarize(records: Iterable[dict[str, Any]], views: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``{method: {"examples", "avg_attribution_s", "faithfulness": {view: {metric: {mean, std}}},
-    "recovery": {view: {mean, std}}, "recovery_used", "recovery_skipped", "coverage": {...}}}``."""
+def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer],
+              views: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``{method: {"examples", "avg_attribution_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``."""
     views = list(views)
     by_method: dict[str, list[dict]] = {}
     for r in records:
         by_method.setdefault(r["method"], []).append(r)
     out: dict[str, dict[str, Any]] = {}
     for method, recs in by_method.items():
-        s: dict[str, Any] = {"examples": len(recs),
-                             "avg_attribution_s": _mean_std([r["attribution_s"] for r in recs])[0]}
-        faith = [r["faithfulness"] for r in recs if r.get("faithfulness")]
-        if faith:
-            s["faithfulness"] = {
-                v: {m: dict(zip(("mean", "std"), _mean_std([f[v][m] for f in faith if v in f]))) for m in FAITH_METRICS}
-                for v in views}
-        rec_recs = [r for r in recs if "recovery" in r]
-        if rec_recs:
-            used = [r["recovery"] for r in rec_recs if r.get("recovery") is not None]
-            s["recovery"] = {v: dict(zip(("mean", "std"), _mean_std([u[v] for u in used]))) for v in views}
-            s["recovery_used"] = len(used)
-            s["recovery_skipped"] = len(rec_recs) - len(used)
-        cov = [r["coverage"] for r in recs if r.get("coverage")]
-        if cov:
-            s["coverage"] = {v: {m: dict(zip(("mean", "std"), _mean_std([c[v][m] for c in cov if c.get(v)])))
-                                 for m in COVERAGE_METRICS} for v in views}
+        s: dict[str, Any] = {"examples": len(recs), "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0]}
+        for name, scorer in scorers.items():
+            agg = scorer.aggregate(recs, views)
+            if agg is not None:
+                s[name] = agg
         out[method] = s
     return out
 
 
-def _fmt(x: Optional[float]) -> str:
-    return "" if x is None else repr(float(x))
-
-
-def _stat_rows(views, label: str, std_label: str, cells) -> list[list[str]]:
-    """Rows ``<View> Attr <label> Mean`` then ``... <std_label>``; ``cells(view, stat)`` gives the row's values."""
-    return [[f"{VIEW_LABELS[v]} Attr {label} {name}", *cells(v, stat)]
-            for stat, name in (("mean", "Mean"), ("std", std_label)) for v in views]
-
-
-def write_faithfulness_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
-    """The reference's layout: rows ``<View> Attr Scores Mean`` / ``... Var`` (it stores the standard deviation under
-    "Var"; we keep its labels so existing readers work) x columns RISE, MAS, RISE+AP, then the average time."""
-    f = s["faithfulness"]
-    rows = [["Method", *FAITH_METRICS],
-            *_stat_rows(views, "Scores", "Var", lambda v, st: [_fmt(f[v][m][st]) for m in FAITH_METRICS]),
-            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
-    _write_rows(path, rows)
-
-
-def write_recovery_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
-    r = s["recovery"]
-    rows = [["Method", "Recovery@10%"], *_stat_rows(views, "Recovery", "Std", lambda v, st: [_fmt(r[v][st])]),
-            ["Examples Used", str(s["recovery_used"])], ["Examples Skipped", str(s["recovery_skipped"])],
-            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
-    _write_rows(path, rows)
-
-
-def write_coverage_csv(path: Path, s: dict[str, Any], views: Iterable[str]) -> None:
-    c = s["coverage"]
-    rows = [["Method", *COVERAGE_METRICS],
-            *_stat_rows(views, "Coverage", "Std", lambda v, st: [_fmt(c[v][m][st]) for m in COVERAGE_METRICS]),
-            ["Avg Sample Time (s)", _fmt(s["avg_attribution_s"])]]
-    _write_rows(path, rows)
-
-
-def _write_rows(path: Path, rows: list[list[str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fp:
-        csv.writer(fp).writerows(rows)
-
-
-def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], views: list[str]) -> list[Path]:
-    """``<output_dir>/<mode>/<method>.csv`` for every mode a method was scored with."""
+def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorers: Mapping[str, Scorer],
+                    views: list[str]) -> list[Path]:
+    """``<output_dir>/<mode>/<method>.csv`` in the reference's layout, for every mode a method was scored with."""
     written = []
     for method, s in summary.items():
-        for mode, writer in (("faithfulness", write_faithfulness_csv), ("recovery", write_recovery_csv),
-                             ("coverage", write_coverage_csv)):
-            if mode in s:
-                path = Path(output_dir) / mode / f"{method}.csv"
-                writer(path, s, views)
+        for name, scorer in scorers.items():
+            if name in s:
+                path = Path(output_dir) / name / f"{method}.csv"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "w", newline="", encoding="utf-8") as fp:
+                    csv.writer(fp).writerows(scorer.csv_rows(s, views))
                 written.append(path)
     return written
 
@@ -119,40 +53,37 @@ def _cell(mean: Optional[float], std: Optional[float] = None) -> str:
     return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
 
 
-def markdown_summary(summary: dict[str, dict[str, Any]], views: list[str], title: str) -> str:
-    """One table per mode: rows = methods, columns = view x metric (mean ± std)."""
+def direction(metrics: list[dict[str, Any]]) -> str:
+    """"lower is better", "higher is better", or per column arrows when the metrics disagree."""
+    ups = {m["higher_is_better"] for m in metrics}
+    if len(ups) == 1:
+        return "higher is better" if ups.pop() else "lower is better"
+    return "↑ higher, ↓ lower is better"
+
+
+def metric_header(metric: dict[str, Any], mixed: bool) -> str:
+    return metric["label"] + ((" ↑" if metric["higher_is_better"] else " ↓") if mixed else "")
+
+
+def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
+                     views: list[str], title: str) -> str:
+    """One table per scorer (``descriptions``: ``Scorer.describe()`` by name): rows = methods, columns = view x
+    metric (mean ± std), then how many examples were scored and the seconds per attribution."""
     lines = [f"# {title}", ""]
-    methods = list(summary)
-    if any("faithfulness" in summary[m] for m in methods):
-        lines += ["## Faithfulness (lower is better)", "",
-                  "| method | " + " | ".join(f"{VIEW_LABELS[v]} {m}" for v in views for m in FAITH_METRICS)
-                  + " | s/example |",
-                  "|---" * (1 + len(views) * len(FAITH_METRICS) + 1) + "|"]
-        for m in methods:
-            f = summary[m].get("faithfulness")
-            if f:
-                cells = [_cell(f[v][k]["mean"], f[v][k]["std"]) for v in views for k in FAITH_METRICS]
-                lines.append(f"| {m} | " + " | ".join(cells) + f" | {summary[m]['avg_attribution_s']:.2f} |")
-        lines.append("")
-    if any("recovery" in summary[m] for m in methods):
-        lines += ["## Recovery@10% (higher is better)", "",
-                  "| method | " + " | ".join(VIEW_LABELS[v] for v in views) + " | used | skipped |",
-                  "|---" * (1 + len(views) + 2) + "|"]
-        for m in methods:
-            r = summary[m].get("recovery")
-            if r:
-                cells = [_cell(r[v]["mean"], r[v]["std"]) for v in views]
-                lines.append(f"| {m} | " + " | ".join(cells)
-                             + f" | {summary[m]['recovery_used']} | {summary[m]['recovery_skipped']} |")
-        lines.append("")
-    if any("coverage" in summary[m] for m in methods):
-        lines += ["## Coverage of gold sentences (legacy)", "",
-                  "| method | " + " | ".join(f"{VIEW_LABELS[v]} {k}" for v in views for k in COVERAGE_METRICS) + " |",
-                  "|---" * (1 + len(views) * len(COVERAGE_METRICS)) + "|"]
-        for m in methods:
-            c = summary[m].get("coverage")
-            if c:
-                lines.append(f"| {m} | " + " | ".join(_cell(c[v][k]["mean"]) for v in views for k in COVERAGE_METRICS)
-                             + " |")
+    for name, desc in descriptions.items():
+        methods = [m for m in summary if name in summary[m]]
+        if not methods:
+            continue
+        metrics = desc["metrics"]
+        mixed = len({m["higher_is_better"] for m in metrics}) > 1
+        header = [f"{VIEW_LABELS[v]} {metric_header(m, mixed)}" for v in views for m in metrics]
+        lines += [f"## {desc['title']} ({direction(metrics)})", "",
+                  "| method | " + " | ".join(header) + " | scored | s/example |", "|---" * (len(header) + 3) + "|"]
+        for method in methods:
+            s, agg = summary[method], summary[method][name]
+            cells = [_cell(agg[v][m["key"]]["mean"], agg[v][m["key"]]["std"]) for v in views for m in metrics]
+            scored = agg[views[0]][metrics[0]["key"]]["n"] if views else 0
+            lines.append(f"| {method} | " + " | ".join(cells) + f" | {scored}/{s['examples']} | "
+                         f"{s['avg_attribution_s']:.2f} |")
         lines.append("")
     return "\n".join(lines)

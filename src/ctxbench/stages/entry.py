@@ -1,21 +1,37 @@
-"""What the thin @hydra.main entries share: schema registration, the config folder, the output dir, and a clean
-non-zero exit for steps that are not implemented."""
+"""What the thin @hydra.main entries share: schema registration, the config folder, the output dir, and the exits:
+a user error (bad data, config or path) is one line on stderr and exit code 2, a step that is not implemented yet exit
+code 3; ``HYDRA_FULL_ERROR=1`` shows the traceback instead."""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from omegaconf import DictConfig
 
-from ctxbench.errors import NotYetImplementedError
+from ctxbench.errors import NotYetImplementedError, UserError
 
 log = logging.getLogger("ctxbench")
 
+EXIT_USER_ERROR = 2
 EXIT_NOT_IMPLEMENTED = 3
+
+
+@contextmanager
+def user_errors():
+    """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1)."""
+    try:
+        yield
+    except UserError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
 
 
 def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
@@ -23,7 +39,8 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
 
     output_dir = HydraConfig.get().runtime.output_dir
     try:
-        return stage(cfg, output_dir)
+        with user_errors():
+            return stage(cfg, output_dir)
     except NotYetImplementedError as exc:
         log.error("NOT YET IMPLEMENTED: %s", exc)
         sys.exit(EXIT_NOT_IMPLEMENTED)
@@ -39,8 +56,9 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
 
     from ctxbench.conf import register_configs
 
-    register_configs()
     conf_dir = Path(entry_file).resolve().parents[2] / "conf"
+    with user_errors():
+        register_configs(conf_dir)
 
     def task(cfg: DictConfig):
         module, _, function = stage.partition(":")

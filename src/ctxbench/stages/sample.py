@@ -10,20 +10,19 @@ from omegaconf import DictConfig, OmegaConf
 from ctxbench.conf import to_plain
 from ctxbench.errors import NotYetImplementedError
 from ctxbench.models import load_causal_lm
-from ctxbench.stages.common import load_examples, write_run_manifest
+from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 
 log = logging.getLogger(__name__)
 
 
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
-    paths = OmegaConf.to_object(cfg.paths)
+    paths = stage_paths(cfg)
+    dataset = build_dataset(cfg)
     model_cfg = OmegaConf.to_object(cfg.model)
-    loaded = load_causal_lm(model_cfg, cache_dir=paths.cache_dir) if model_cfg.backend == "hf" else None
+    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if model_cfg.backend == "hf" else None
     tokenizer = loaded.tokenizer if loaded else None
-    dataset = OmegaConf.to_object(cfg.dataset)
     # Sampling reads the raw data, never a cache of its own output.
-    dataset.use_cache = False
-    source, examples = load_examples(dataset, paths, tokenizer, cfg.max_examples)
+    source, examples = dataset.load(paths, tokenizer, cfg.max_examples, use_cache=False)
     write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
                        n_examples=len(examples))
     if cfg.dry_run:

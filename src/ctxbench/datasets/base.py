@@ -1,0 +1,87 @@
+"""The dataset interface (one class per kind, reached by ``_target_`` from ``conf/dataset/<name>.yaml``) and the loading
+priority of the stages: a sampled cache ``<paths.samples_dir>/<name>.jsonl`` wins over the kind's raw data.
+
+A new dataset kind is one subclass of ``Dataset`` (``raw_path`` and ``load_raw``) and one YAML file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ctxbench.example import CachedExample, read_examples
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Paths:
+    """Where the stages read and write (the ``paths`` config group): ``data_dir`` generated data, ``samples_dir`` the
+    sampled CachedExample caches, ``model_cache_dir`` dequantised models and embeddings."""
+
+    root: str = "."
+    data_dir: str = "data"
+    samples_dir: str = "exp/exp2/data"
+    model_cache_dir: str = ".cache"
+
+
+@dataclass(frozen=True)
+class LoadedSource:
+    """Where a stage's examples came from: ``kind`` is ``cache`` (a sampled cache) or the dataset kind's own."""
+
+    name: str
+    kind: str
+    path: Path
+
+    def record(self, n_examples: int) -> dict:
+        return {"name": self.name, "kind": self.kind, "path": str(self.path), "sha256": file_fingerprint(self.path),
+                "examples": n_examples}
+
+
+@dataclass(kw_only=True)
+class Dataset(ABC):
+    """``name`` names the dataset everywhere (output dirs, caches, reports). ``use_cache``: a sampled cache
+    ``<samples_dir>/<name>.jsonl`` wins over the raw data (the sampling stage always reads the raw data)."""
+
+    kind: ClassVar[str] = ""  # recorded in manifests
+    name: str
+    use_cache: bool = True
+
+    @abstractmethod
+    def raw_path(self, paths: Paths, tokenizer=None) -> Path:
+        """The file holding the raw data (a kind that can generate it does so here when it is missing)."""
+
+    @abstractmethod
+    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
+        """Every example of the raw file (spans checked against ``tokenizer`` when given)."""
+
+    def sampled_cache(self, paths: Paths) -> Path:
+        return Path(paths.samples_dir) / f"{self.name}.jsonl"
+
+    def load(self, paths: Paths, tokenizer=None, max_examples: Optional[int] = None, *,
+             use_cache: Optional[bool] = None) -> tuple[LoadedSource, list[CachedExample]]:
+        cache = self.sampled_cache(paths)
+        if (self.use_cache if use_cache is None else use_cache) and cache.is_file():
+            source = LoadedSource(self.name, "cache", cache)
+            examples = list(read_examples(cache, tokenizer=tokenizer))
+        else:
+            path = self.raw_path(paths, tokenizer)
+            source = LoadedSource(self.name, self.kind, path)
+            examples = self.load_raw(path, tokenizer)
+        if max_examples is not None:
+            examples = examples[:max_examples]
+        log.info("dataset %s: %d examples from %s (%s)", self.name, len(examples), source.path, source.kind)
+        return source, examples
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """sha256 of the file's bytes (provenance for run manifests and results)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fp:
+        for block in iter(lambda: fp.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,108 @@
+"""The Scorer interface: one per mode of run_exp (``conf/mode/<name>.yaml`` names its class with ``_target_``).
+
+A scorer says what it measures (its metrics, their labels and directions), refuses data it cannot score before any work
+is done, scores one attribution of one example into fields of that example's result record, and reduces the records to
+the figures of ``summary.json`` / ``summary.md``, the reference-layout CSVs and the report command. The stage, the
+evaluation loop and the reports only ever talk to this interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Iterable, Optional
+
+import numpy as np
+
+VIEW_LABELS = {"seq": "Seq", "row": "Row", "rec": "Recursive"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the field in a record's per-view values
+    label: str  # the column title in tables and reports (may depend on the scorer's parameters)
+    higher_is_better: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mean_std(values: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """Mean and population standard deviation (the reference's), None for no values."""
+    if not values:
+        return None, None
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.std())
+
+
+class Scorer(ABC):
+    """``name`` is the record field holding the per-view values and the summary key; the config key of the mode must be
+    the same (``mode.<name>``). Subclasses are dataclasses whose fields are the mode's parameters."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # the heading of the scorer's section in summary.md
+    csv_label: ClassVar[str] = "Scores"  # "<View> Attr <csv_label> Mean" rows of the reference CSV
+    csv_std_label: ClassVar[str] = "Std"
+
+    @abstractmethod
+    def metrics(self) -> list[Metric]:
+        ...
+
+    def check(self, examples: list, dataset: str) -> None:
+        """Raise ``ExampleRefused`` when the data cannot be scored at all (called before the model is loaded)."""
+
+    @abstractmethod
+    def score(self, model, tokenizer, prepared, result, weights: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Record fields for one example and one attribution (``weights``: prompt weights per view); the field
+        ``self.name`` holds ``{view: values}`` or None when this example could not be scored."""
+
+    @abstractmethod
+    def values(self, view_record: Any) -> Optional[dict[str, Optional[float]]]:
+        """``{metric key: value}`` from one view's entry of the record field (None: not scored)."""
+
+    # --- aggregation (summary.json, summary.md, CSV, report) -----------------------------------------------------
+
+    def aggregate(self, records: list[dict], views: Iterable[str]) -> Optional[dict[str, Any]]:
+        """``{view: {metric key: {mean, std, n}}}`` over the records that carry this scorer's field (None if none)."""
+        carrying = [r for r in records if self.name in r]
+        if not carrying:
+            return None
+        out: dict[str, Any] = {}
+        for v in views:
+            per_view = [self.values(r[self.name].get(v)) for r in carrying if r[self.name]]
+            out[v] = {}
+            for m in self.metrics():
+                vals = [pv[m.key] for pv in per_view if pv is not None and pv.get(m.key) is not None]
+                mean, std = mean_std(vals)
+                out[v][m.key] = {"mean": mean, "std": std, "n": len(vals)}
+        return out
+
+    def csv_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
+        """The reference's per-method CSV: a header of metric labels, ``<View> Attr <label> Mean`` rows, then the
+        ``<csv_std_label>`` rows, then the average attribution time."""
+        agg = summary[self.name]
+        metrics = self.metrics()
+        rows = [["Method", *[self.csv_metric_label(m) for m in metrics]]]
+        for stat, stat_name in (("mean", "Mean"), ("std", self.csv_std_label)):
+            rows += [[f"{VIEW_LABELS[v]} Attr {self.csv_label} {stat_name}",
+                      *[_fmt(agg[v][m.key][stat]) for m in metrics]] for v in views]
+        return rows + self.csv_extra_rows(summary, views) + [["Avg Sample Time (s)",
+                                                               _fmt(summary["avg_attribution_s"])]]
+
+    def csv_metric_label(self, metric: Metric) -> str:
+        return metric.label
+
+    def csv_extra_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
+        return []
+
+    def write_plots(self, records: list[dict], views: list[str], output_dir) -> list:
+        """Figures of this mode in the job dir (none by default); returns their paths."""
+        return []
+
+    def describe(self) -> dict[str, Any]:
+        """What the reports need to know without this class: title and metrics (written into summary.json)."""
+        return {"title": self.title, "metrics": [m.to_dict() for m in self.metrics()]}
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "" if x is None else repr(float(x))

@@ -1,0 +1,21 @@
+"""A tokenizer's end-of-sequence ids, which several parts need (stop rules, padding, baselines)."""
+
+from __future__ import annotations
+
+from ctxbench.spans import tokenizer_name
+
+
+def eos_ids(tokenizer) -> list[int]:
+    """Every EOS id of the tokenizer (some declare a list), first the one used as padding; empty when it has none."""
+    e = getattr(tokenizer, "eos_token_id", None)
+    if e is None:
+        return []
+    return [int(x) for x in (e if isinstance(e, (list, tuple)) else [e])]
+
+
+def pad_id(tokenizer) -> int:
+    """The id that stands in for deleted tokens and baselines: the (first) EOS id, as the reference uses."""
+    ids = eos_ids(tokenizer)
+    if not ids:
+        raise ValueError(f"tokenizer {tokenizer_name(tokenizer)!r} has no EOS token to pad with")
+    return ids[0]
