@@ -1,10 +1,20 @@
-"""RULER-format JSONL (generated or upstream) -> CachedExample rows with the gold target (spec §2)."""
+"""RULER-format JSONL (generated or upstream) -> CachedExample rows with the gold target (spec §2).
+
+Generated files record, per line, the tokenizer their lengths were fitted with (``tokenizer``: ``name_or_path`` and
+``vocab_sha256``). Loading such a file with another tokenizer logs one warning naming the file, the recorded tokenizer
+and the one in use (the lengths, and so the comparability with RULER's numbers, hold for the recorded one only).
+Tokenizers are compared by vocabulary fingerprint when both sides have one, else by name. Upstream files, which record
+nothing, load without a check.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
 
+from ctxbench.datasets.ruler_gen.common import gold_target
+from ctxbench.datasets.ruler_gen.length import tokenizer_record
 from ctxbench.datasets.sentences import sentences_overlapping, split_sentences
 from ctxbench.errors import DataError
 from ctxbench.example import CachedExample
@@ -12,11 +22,26 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.spans import answer_token_spans, tokenizer_name
 
 
+log = logging.getLogger(__name__)
+
+
 def ruler_target(answer_prefix: str, outputs: list[str]) -> tuple[str, int]:
     """The gold target and the character offset where the answer list starts inside it."""
-    sep = "" if (answer_prefix and answer_prefix[-1].isspace()) else " "
-    head = answer_prefix + sep
-    return head + ", ".join(outputs), len(head)
+    return gold_target(answer_prefix, outputs)
+
+
+def _describe(rec: dict) -> str:
+    sha = rec.get("vocab_sha256")
+    return f"{rec.get('name_or_path')!r}" + (f" (vocab sha256 {sha[:12]})" if sha else "")
+
+
+def tokenizer_mismatch(recorded: Any, in_use: dict) -> bool:
+    """Whether a recorded ``tokenizer`` differs from ``in_use`` (both ``tokenizer_record`` dicts)."""
+    if not isinstance(recorded, dict):
+        return False
+    if recorded.get("vocab_sha256") and in_use.get("vocab_sha256"):
+        return recorded["vocab_sha256"] != in_use["vocab_sha256"]
+    return recorded.get("name_or_path") != in_use.get("name_or_path")
 
 
 def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
@@ -32,6 +57,8 @@ def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
         fail("must be a non-empty list of strings", "outputs")
     if not isinstance(obj.get("answer_prefix", ""), str):
         fail("must be a string", "answer_prefix")
+    if not isinstance(obj.get("tokenizer", {}), (dict, type(None))):
+        fail("must be an object ({name_or_path, vocab_sha256})", "tokenizer")
     spans = obj.get("needle_spans")
     if spans is None:
         return
@@ -66,6 +93,8 @@ def ruler_example(obj: dict[str, Any], *, task: str, tokenizer=None) -> CachedEx
         "prompt_sentence_count": len(sentences), "reference_answer": ", ".join(obj["outputs"]),
         "sink_char_span": [answer_start, len(target)],
     }
+    if obj.get("tokenizer") is not None:
+        metadata["fitted_tokenizer"] = obj["tokenizer"]
     sink = None
     if tokenizer is not None:
         sink, _thinking, _n = answer_token_spans(tokenizer, target, answer_start, len(target))
@@ -80,8 +109,16 @@ def load_ruler_jsonl(path: str | Path, *, task: Optional[str] = None, tokenizer=
     task = task or (path.parent.name if path.name == "validation.jsonl" else path.stem)
     out = []
     seen: dict[Any, int] = {}
+    in_use = tokenizer_record(tokenizer) if tokenizer is not None else None
+    warned: set[str] = set()
     for lineno, obj in iter_jsonl(path):
         _check_line(obj, path, lineno)
+        recorded = obj.get("tokenizer")
+        if in_use is not None and tokenizer_mismatch(recorded, in_use) and repr(recorded) not in warned:
+            warned.add(repr(recorded))
+            log.warning("%s was fitted with tokenizer %s but is used with %s: its lengths (length, "
+                        "length_w_model_temp, token_position_answer) do not hold for this tokenizer; regenerate it "
+                        "with this tokenizer", path, _describe(recorded), _describe(in_use))
         if "index" not in obj:
             obj = {**obj, "index": lineno - 1}
         if obj["index"] in seen:

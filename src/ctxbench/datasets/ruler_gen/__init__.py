@@ -1,4 +1,4 @@
-"""RULER-format data generated offline, with evidence spans (``needle_spans``).
+"""RULER-format data generated offline, with evidence spans (``needle_spans``). See docs/ruler.md.
 
 Public API:
 - ``TASKS``: task name -> ``TaskSpec`` (the 11 RULER tasks of the reference experiment, ``REFERENCE_TASKS`` plus upstream's niah_single_1/2/3 and
@@ -7,10 +7,14 @@ Public API:
 - ``write_task(root, task, *, max_seq_length, tokenizer, ...) -> Path``: ``<root>/<max_seq_length>/<task>/validation.jsonl``.
 
 Conventions (see ``common`` for the ``needle_spans`` fields): token counts are without special tokens (upstream's
-``text_to_tokens``); ``length`` = input tokens + tokens_to_generate (niah 128, vt 30, qa 32) <= max_seq_length;
-``length_w_model_temp`` = length + the chat template's tokens when ``chat_template=True`` (those tokens are then also taken
-off the budget, as upstream does), else = length; ``token_position_answer`` = tokens of ``input[:input.find(outputs[0])]``
-for every family (null when the answer does not occur in the input, which can happen for qa). Each sample depends only on
+``text_to_tokens``). The length rule is upstream's: ``length`` = tokens of input + answer prefix, + tokens_to_generate
+(niah 128, vt 30, qa 32), <= max_seq_length. With ``reserve_gold=True`` (the default) a gold answer longer than
+tokens_to_generate (vt_h10_c1) has its own tokens kept free instead, so that input + prefix + gold answer also fits
+(``length`` keeps upstream's meaning). ``length_w_model_temp`` = length + the chat template's tokens when
+``chat_template=True`` (those tokens are then also taken off the budget, as upstream's ``model_template_token``), else
+= length. ``token_position_answer`` = tokens of ``input[:input.find(outputs[0])]`` for every family (null when the
+answer does not occur in the input, which can happen for qa). ``tokenizer`` = the tokenizer the lengths were fitted with
+(name and vocabulary sha256; the loader warns when a file is used with another one). Each sample depends only on
 (seed, task, index) and the tokenizer, so samples are reproducible one by one and files are byte-identical run to run.
 """
 
@@ -27,10 +31,10 @@ from ctxbench.errors import UnknownDatasetError
 
 from . import niah, qa, vt
 from .common import answer_token_position, make_record
-from .length import Fit, TokenCounter
+from .length import Fit, TokenCounter, tokenizer_record
 
 __all__ = ["TASKS", "REFERENCE_TASKS", "TaskSpec", "generate_task", "generate_task_with_fits", "write_task",
-           "task_spec", "task_path", "TokenCounter"]
+           "task_spec", "task_path", "TokenCounter", "tokenizer_record"]
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,10 @@ def _template_tokens(tokenizer, counter: TokenCounter) -> int:
 
 def generate_task_with_fits(task: str, *, tokenizer=None, max_seq_length: int, num_samples: int, seed: int = 42,
                             morehopqa_path: Optional[Union[str, Path]] = None, chat_template: bool = False,
-                            start_index: int = 0, counter: Optional[TokenCounter] = None) -> tuple[list[dict], list[Fit]]:
-    """``generate_task`` plus each sample's length fit (tokens, budget, size of the first unit left out)."""
+                            start_index: int = 0, counter: Optional[TokenCounter] = None,
+                            reserve_gold: bool = True) -> tuple[list[dict], list[Fit]]:
+    """``generate_task`` plus each sample's length fit (tokens of input + answer prefix, budget, size of the first unit
+    left out)."""
     spec = task_spec(task)
     if counter is None:
         if tokenizer is None:
@@ -98,11 +104,13 @@ def generate_task_with_fits(task: str, *, tokenizer=None, max_seq_length: int, n
         raise ValueError(f"{task} needs morehopqa_path: a MoreHopQA-format JSON file (gold and distractor paragraphs)")
     template_tokens = _template_tokens(counter.tokenizer, counter) if chat_template else 0
     budget = max_seq_length - spec.tokens_to_generate - template_tokens
-    extra: dict = {}
+    extra: dict = {"reserve_gold": reserve_gold}
     if spec.family == "vt":
-        extra["icl_lines"] = vt.icl_noise_lines(spec.params, counter, vt.icl_budget(max_seq_length), seed, task)
+        extra["icl_layout"] = vt.icl_layout(spec.params, counter, vt.icl_budget(max_seq_length), seed, task)
     elif spec.family == "qa":
         extra["morehopqa_path"] = morehopqa_path
+        extra["rows_order"] = qa.row_order(spec.params, counter=counter, budget=budget, seed=seed, task=task,
+                                           morehopqa_path=morehopqa_path, reserve_gold=reserve_gold)
     family = {"niah": niah, "vt": vt, "qa": qa}[spec.family]
     records, fits = [], []
     for index in range(start_index, start_index + num_samples):
@@ -111,18 +119,19 @@ def generate_task_with_fits(task: str, *, tokenizer=None, max_seq_length: int, n
         prompt = fit.rendered
         pos = answer_token_position(counter, prompt.input, outputs)
         records.append(make_record(index, prompt, outputs, answer_prefix, fit.tokens, spec.tokens_to_generate,
-                                   template_tokens, pos))
+                                   template_tokens, pos, tokenizer=counter.record))
         fits.append(fit)
     return records, fits
 
 
 def generate_task(task: str, *, tokenizer=None, max_seq_length: int, num_samples: int, seed: int = 42,
                   morehopqa_path: Optional[Union[str, Path]] = None, chat_template: bool = False,
-                  start_index: int = 0, counter: Optional[TokenCounter] = None) -> list[dict]:
+                  start_index: int = 0, counter: Optional[TokenCounter] = None,
+                  reserve_gold: bool = True) -> list[dict]:
     """``num_samples`` RULER lines of ``task`` (indices start_index ...), each with ``needle_spans``."""
     return generate_task_with_fits(task, tokenizer=tokenizer, max_seq_length=max_seq_length, num_samples=num_samples,
                                    seed=seed, morehopqa_path=morehopqa_path, chat_template=chat_template,
-                                   start_index=start_index, counter=counter)[0]
+                                   start_index=start_index, counter=counter, reserve_gold=reserve_gold)[0]
 
 
 def dumps_line(record: dict) -> str:
@@ -136,10 +145,11 @@ def task_path(root: Union[str, Path], task: str, max_seq_length: int) -> Path:
 
 def write_task(root: Union[str, Path], task: str, *, max_seq_length: int, tokenizer=None, num_samples: int = 500,
                seed: int = 42, morehopqa_path: Optional[Union[str, Path]] = None, chat_template: bool = False,
-               counter: Optional[TokenCounter] = None) -> Path:
+               counter: Optional[TokenCounter] = None, reserve_gold: bool = True) -> Path:
     """Generate and write ``<root>/<max_seq_length>/<task>/validation.jsonl`` atomically; return its path."""
     records = generate_task(task, tokenizer=tokenizer, max_seq_length=max_seq_length, num_samples=num_samples,
-                            seed=seed, morehopqa_path=morehopqa_path, chat_template=chat_template, counter=counter)
+                            seed=seed, morehopqa_path=morehopqa_path, chat_template=chat_template, counter=counter,
+                            reserve_gold=reserve_gold)
     path = task_path(root, task, max_seq_length)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)

@@ -9,6 +9,8 @@ and assembling the output line.
 - ``title`` / ``doc_index`` / ``document_number``: qa: the paragraph title, its 0-based position among the shuffled
   documents and the number printed as "Document {n}:"; niah/vt have no documents: all three are null.
 - ``snippet``: a short label for reports: the sentence cut to 80 characters ("..." when cut).
+
+Every line also carries ``tokenizer`` (``length.tokenizer_record``): the tokenizer its length was fitted with.
 """
 
 from __future__ import annotations
@@ -16,15 +18,53 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, TypeVar
 
 SNIPPET_CHARS = 80
+R = TypeVar("R")
 
 
 def derive_rng(seed: int, *parts: Any) -> random.Random:
     """An independent, platform-stable RNG per (seed, task, index, purpose): samples never depend on each other."""
     key = "\x1f".join(map(str, (seed, *parts))).encode()
     return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+
+def insert_before_distinct_rows(rows: Sequence[R], items: Sequence[R], rng: random.Random) -> list[R]:
+    """``items``, in their order, each inserted right before a distinct row of ``rows`` drawn at random (upstream
+    RULER's insertion into noise lines): two items are never adjacent and none is last. Needs len(rows) >= len(items)."""
+    if len(items) > len(rows):
+        raise ValueError(f"{len(items)} items need at least as many rows to stand before, got {len(rows)}")
+    targets = sorted(rng.sample(range(len(rows)), len(items)))
+    out: list[R] = []
+    j = 0
+    for i, row in enumerate(rows):
+        if j < len(targets) and targets[j] == i:
+            out.append(items[j])
+            j += 1
+        out.append(row)
+    return out
+
+
+def gold_target(answer_prefix: str, outputs: Sequence[str]) -> tuple[str, int]:
+    """The gold continuation of the input (answer prefix, a space unless the prefix ends with one, the outputs joined
+    by ", ") and the character offset where the answer list starts inside it. The RULER loader's target."""
+    sep = "" if (answer_prefix and answer_prefix[-1].isspace()) else " "
+    head = answer_prefix + sep
+    return head + ", ".join(outputs), len(head)
+
+
+def input_budget(counter, budget: int, answer_prefix: str, outputs: Sequence[str], tokens_to_generate: int,
+                 reserve_gold: bool) -> int:
+    """Tokens allowed for input + answer prefix. ``budget`` = max_seq_length - tokens_to_generate (- template tokens):
+    upstream's rule. With ``reserve_gold``, when the gold answer (as ``gold_target`` writes it after the prefix) has more
+    tokens than ``tokens_to_generate`` (vt_h10_c1's eleven names), its own tokens are kept free instead, so that
+    input + prefix + gold answer fits max_seq_length as well."""
+    if not reserve_gold:
+        return budget
+    target, _ = gold_target(answer_prefix, outputs)
+    gold = counter.count(target) - counter.count(answer_prefix)
+    return budget - max(0, gold - tokens_to_generate)
 
 
 @dataclass
@@ -46,11 +86,14 @@ class ContextBuilder:
     evidence: list[Evidence] = field(default_factory=list)
     _len: int = 0
 
-    def add(self, text: str, *, evidence: bool = False, unit_index: Optional[int] = None, **meta) -> int:
-        """Append one piece; return its start offset. Evidence spans cover the piece stripped of outer whitespace."""
+    def add(self, text: str, *, evidence: bool = False, unit_index: Optional[int] = None, sep: Optional[str] = None,
+            **meta) -> int:
+        """Append one piece after the separator (``sep`` overrides the builder's); return its start offset. Evidence
+        spans cover the piece stripped of outer whitespace."""
         if self.parts:
-            self.parts.append(self.sep)
-            self._len += len(self.sep)
+            sep = self.sep if sep is None else sep
+            self.parts.append(sep)
+            self._len += len(sep)
         start = self._len
         self.parts.append(text)
         self._len += len(text)
@@ -106,9 +149,14 @@ def answer_token_position(counter, text: str, outputs: list[str]) -> Optional[in
 
 
 def make_record(index: int, prompt: Prompt, outputs: list[str], answer_prefix: str, n_tokens: int,
-                tokens_to_generate: int, template_tokens: int, token_position: Optional[int]) -> dict:
-    # Key order is the spec's table order: lines serialise identically run to run.
+                tokens_to_generate: int, template_tokens: int, token_position: Optional[int],
+                tokenizer: Optional[dict] = None) -> dict:
+    """One output line. ``n_tokens`` = tokens of input + answer prefix (upstream counts the prompt with its prefix)."""
+    # Key order is the spec's table order (+ tokenizer): lines serialise identically run to run.
     length = n_tokens + tokens_to_generate
-    return {"index": index, "input": prompt.input, "outputs": list(outputs), "length": length,
-            "length_w_model_temp": length + template_tokens, "answer_prefix": answer_prefix,
-            "token_position_answer": token_position, "needle_spans": needle_span_records(prompt)}
+    record = {"index": index, "input": prompt.input, "outputs": list(outputs), "length": length,
+              "length_w_model_temp": length + template_tokens, "answer_prefix": answer_prefix,
+              "token_position_answer": token_position, "needle_spans": needle_span_records(prompt)}
+    if tokenizer is not None:
+        record["tokenizer"] = dict(tokenizer)
+    return record

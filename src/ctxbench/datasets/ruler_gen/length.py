@@ -9,11 +9,35 @@ repaired by stepping the unit count from the exact count, keeping the largest co
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
+
+
+class BudgetTooSmall(ValueError):
+    """Even the smallest haystack does not fit the token budget."""
+
+
+def tokenizer_record(tokenizer) -> dict:
+    """What identifies the tokenizer a file was fitted with: ``name_or_path`` (a hub id, or a local folder's name) and
+    ``vocab_sha256``, the sha256 of its vocabulary (``get_vocab()``, added tokens included, as sorted ``[token, id]``
+    pairs in compact JSON). The fingerprint is what a mismatch is judged by: the same tokenizer loaded from another
+    folder has another name but the same fingerprint."""
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    if os.path.isabs(name) or os.path.exists(name):
+        name = Path(name).name  # a local folder: its name only, so that files do not depend on where it lies
+    try:
+        vocab = tokenizer.get_vocab()
+    except (AttributeError, NotImplementedError, TypeError):
+        return {"name_or_path": name, "vocab_sha256": None}
+    blob = json.dumps(sorted(vocab.items()), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return {"name_or_path": name, "vocab_sha256": hashlib.sha256(blob).hexdigest()}
 
 
 class TokenCounter:
@@ -25,6 +49,7 @@ class TokenCounter:
         self._memo_limit = memo_limit
         self.exact_calls = 0
         self.exact_seconds = 0.0
+        self._record: Optional[dict] = None
 
     def _lengths(self, texts: list[str]) -> list[int]:
         # The Rust tokenizer directly when there is one: same ids, without the Python-side conversion of encodings.
@@ -53,6 +78,13 @@ class TokenCounter:
 
     def tokens(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @property
+    def record(self) -> dict:
+        """``tokenizer_record`` of the tokenizer, computed once (hashing the vocabulary takes ~0.1 s)."""
+        if self._record is None:
+            self._record = tokenizer_record(self.tokenizer)
+        return self._record
 
 
 class UnitCosts:
@@ -124,8 +156,8 @@ def fit_units(render: Callable[[list[int]], T], text_of: Callable[[T], str], cos
     best_t = counter.count(text_of(base_r))
     calls = 1
     if best_t > budget:
-        raise ValueError(f"the prompt without any haystack already has {best_t} tokens > budget {budget}: "
-                         f"raise max_seq_length")
+        raise BudgetTooSmall(f"the prompt without any haystack already has {best_t} tokens > budget {budget}: "
+                             f"raise max_seq_length")
     best_r, taken, rejected = base_r, [], set()
     while calls <= max_rounds:
         extra, _ = _select(costs, budget - best_t, lookahead, set(taken) | rejected)

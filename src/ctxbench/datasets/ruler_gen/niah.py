@@ -1,8 +1,11 @@
 """Needle-in-a-haystack (RULER's niah family): single, multikey, multi-query and multi-value variants.
 
-Haystacks: ``noise`` (the noise line repeated, joined by "\\n", needles at random line slots), ``essay`` (sentences of
-the offline Wikipedia summaries, see ``text_sources``, a random stretch per sample, needles inserted at depths drawn from
-40 evenly spaced percentages, joined by " "), ``needle`` (distractor needles with other keys, joined by "\\n").
+Haystacks: ``noise`` (the noise line repeated, joined by "\\n"), ``needle`` (distractor needles with other keys, joined
+by "\\n"): as upstream, each needle is inserted right before a distinct haystack line drawn at random, so two needles
+are never adjacent and no needle is the last line (``common.insert_before_distinct_rows``; the haystack therefore has at
+least as many lines as there are needles). ``essay`` (sentences of the offline Wikipedia summaries, see
+``text_sources``, a random stretch per sample, joined by " "): needles inserted before sentence int(n * depth / 100),
+depths drawn without replacement from 40 evenly spaced percentages (upstream's scheme; depth 100 is the end).
 
 Evidence (``needle_spans``): the needles of the queried keys. Needles of non-queried keys (multikey distractors, the
 ``needle`` haystack) are distractors, not evidence. For the reference tasks (niah_mq_q*, niah_mv_v*) every inserted
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import ContextBuilder, derive_rng, fill_template
+from .common import ContextBuilder, derive_rng, fill_template, input_budget, insert_before_distinct_rows
 from .length import Fit, TokenCounter, UnitCosts, fit_units
 from .text_sources import NOISE_LINE, distinct_keys, wiki_sentences
 
@@ -44,7 +47,8 @@ def _singular(text: str) -> str:
     return (text.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer"))
 
 
-def generate_sample(p: NiahParams, index: int, *, counter: TokenCounter, budget: int, seed: int, task: str):
+def generate_sample(p: NiahParams, index: int, *, counter: TokenCounter, budget: int, seed: int, task: str,
+                    reserve_gold: bool = True):
     if p.num_q > p.num_k:
         raise ValueError(f"{task}: num_q={p.num_q} > num_k={p.num_k}")
     if p.haystack == "essay" and p.num_k * p.num_v > len(DEPTHS):
@@ -69,30 +73,37 @@ def generate_sample(p: NiahParams, index: int, *, counter: TokenCounter, budget:
     units, sep = _haystack_units(p, rng, index, seed, task, used=set(keys) | set(values), counter=counter)
     place_seed = (seed, task, index, "place")
 
+    m = len(needle_texts)
+    # Line haystacks always hold the m lines the needles stand before; the fit adds lines beyond them.
+    base = 0 if p.haystack == "essay" else m
+
     def render(chosen: list[int]):
-        n = len(chosen)
         ctx = ContextBuilder("\n" if p.haystack != "essay" else " ")
         prng = derive_rng(*place_seed)
-        m = len(needle_texts)
         if p.haystack == "essay":
+            n = len(chosen)
             # Needles go before sentence int(n * depth / 100), depths drawn without replacement (upstream's scheme).
             cuts = sorted(int(n * d / 100) for d in prng.sample(DEPTHS, m))
+            j = 0
+            for u in range(n + 1):
+                while j < m and cuts[j] == u:
+                    ctx.add(needle_texts[j], evidence=is_evidence[j], unit_index=u + j)
+                    j += 1
+                if u < n:
+                    ctx.add(units(chosen[u]))
         else:
-            slots = sorted(prng.sample(range(n + m), m))  # needle slots among n + m lines
-            cuts = [s - j for j, s in enumerate(slots)]    # = haystack units before each needle
-        j = 0
-        for u in range(n + 1):
-            while j < m and cuts[j] == u:
-                ctx.add(needle_texts[j], evidence=is_evidence[j], unit_index=u + j)
-                j += 1
-            if u < n:
-                ctx.add(units(chosen[u]))
+            lines = [(units(i), None) for i in range(base)] + [(units(base + c), None) for c in chosen]
+            for u, (text, j) in enumerate(insert_before_distinct_rows(lines, [(t, j) for j, t in enumerate(needle_texts)],
+                                                                     prng)):
+                ctx.add(text, evidence=j is not None and is_evidence[j], unit_index=u)
         return fill_template(template, ctx.text(), ctx.evidence, type_needle_v=type_v, query=query)
 
-    costs = UnitCosts(counter, lambda i: sep + units(i), units.size, chunk=16)
+    costs = UnitCosts(counter, lambda i: sep + units(base + i), units.size - base, chunk=16)
     # Essay sentences vary in length: look a little further for ones that still fit the last few tokens.
-    fit: Fit = fit_units(render, lambda pr: pr.input, costs, budget, counter,
-                         lookahead=ESSAY_LOOKAHEAD if p.haystack == "essay" else 0)
+    # Upstream's rule: input + answer prefix + tokens_to_generate <= max_seq_length.
+    fit: Fit = fit_units(render, lambda pr: pr.input + answer_prefix, costs,
+                         input_budget(counter, budget, answer_prefix, outputs, p.tokens_to_generate, reserve_gold),
+                         counter, lookahead=ESSAY_LOOKAHEAD if p.haystack == "essay" else 0)
     return fit, outputs, answer_prefix
 
 

