@@ -1,6 +1,7 @@
 """Speed of the RULER-format generator: samples/s per task and the ratio of the generation time to the time of
 tokenising every written input once (upstream RULER, which re-tokenises the whole input inside a binary search, is far
-above 3; the incremental fit aims at <= 3). Also prints the length distribution (length / max_seq_length).
+above 3; the incremental fit aims at <= 3). Also prints the length distribution (length / max_seq_length; length =
+tokens of input + answer prefix + tokens_to_generate, upstream's rule).
 
     python bench/bench_ruler_gen.py [--num-samples 500] [--length 1024] [--tasks all|name,name,...]
 """
@@ -16,7 +17,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MOREHOPQA = ROOT.parent / "shared" / "data" / "morehopqa" / "morehopqa_final_150samples.json"
+
+
+def default_morehopqa() -> Path:
+    try:  # the packaged 150-row sample
+        from ctxbench.datasets.morehopqa import morehopqa_sample
+
+        return morehopqa_sample()
+    except ImportError:
+        return ROOT.parent / "shared" / "data" / "morehopqa" / "morehopqa_final_150samples.json"
 
 
 def main(argv=None) -> int:
@@ -26,9 +35,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", default="all", help="'all' (the reference RULER tasks), 'every' (+ upstream variants) "
                                                    "or a comma-separated list")
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--morehopqa", type=Path, default=DEFAULT_MOREHOPQA)
+    ap.add_argument("--morehopqa", type=Path, default=None, help="MoreHopQA-format file (default: the packaged sample)")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / ".cache")
     args = ap.parse_args(argv)
+    args.morehopqa = args.morehopqa or default_morehopqa()
 
     from ctxbench.datasets.ruler_gen import REFERENCE_TASKS, TASKS, TokenCounter, write_task
     from ctxbench.datasets.ruler_gen.text_sources import wiki_sentences

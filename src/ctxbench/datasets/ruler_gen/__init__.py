@@ -107,6 +107,8 @@ def generate_task_with_fits(task: str, *, tokenizer=None, max_seq_length: int, n
     extra: dict = {"reserve_gold": reserve_gold}
     if spec.family == "vt":
         extra["icl_layout"] = vt.icl_layout(spec.params, counter, vt.icl_budget(max_seq_length), seed, task)
+        extra["units"] = vt.noise_units(spec.params, counter=counter, budget=budget, seed=seed, task=task,
+                                        icl_layout=extra["icl_layout"], reserve_gold=reserve_gold)
     elif spec.family == "qa":
         extra["morehopqa_path"] = morehopqa_path
         extra["rows_order"] = qa.row_order(spec.params, counter=counter, budget=budget, seed=seed, task=task,

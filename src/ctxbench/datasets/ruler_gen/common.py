@@ -63,8 +63,8 @@ def input_budget(counter, budget: int, answer_prefix: str, outputs: Sequence[str
     if not reserve_gold:
         return budget
     target, _ = gold_target(answer_prefix, outputs)
-    gold = counter.count(target) - counter.count(answer_prefix)
-    return budget - max(0, gold - tokens_to_generate)
+    with_gold, prefix = counter.units([target, answer_prefix])  # short texts: one batched call, memoised
+    return budget - max(0, with_gold - prefix - tokens_to_generate)
 
 
 @dataclass

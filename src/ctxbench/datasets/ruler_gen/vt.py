@@ -12,8 +12,9 @@ budget holds the h+1 lines the first chain needs. When it does not (vt_h10_c1 at
 its task each need eleven noise lines, ~500 tokens each with SmolLM2's tokenizer), the unit becomes one sentence of the
 noise line, as upstream RULER did until December 2024 when a haystack had too few lines for a chain: the noise reads
 as before (its sentences joined by " ", a line break after "There and back again."), and a statement may then stand
-between two sentences of a noise line, on its own line. Which unit a sample uses is recorded nowhere but visible in
-the text; it is decided per sample (in practice per task and length, since only names and values vary).
+between two sentences of a noise line, on its own line. Which unit is used is recorded nowhere but visible in the
+text: a probe sample decides it once per task (``noise_units``), and a sample whose h+1 whole lines do not fit after
+all falls back to sentences.
 
 One-shot example (as upstream): a complete worked task prepended to the input, with its own chains (3-letter names,
 min(h, 10) hops, fresh random names and values per sample, placed the same way), its answer written out, then "\\n".
@@ -163,30 +164,61 @@ def icl_noise_lines(p: VtParams, counter: TokenCounter, budget: int, seed: int, 
     return 0 if layout is None else layout.n
 
 
+class _Sample:
+    """One sample's chains, worked example and prompt parts; ``render(unit, chosen)`` = its prompt with base +
+    len(chosen) noise units."""
+
+    def __init__(self, p: VtParams, index, *, counter: TokenCounter, budget: int, seed: int, task: str,
+                 icl_layout: IclLayout | None, reserve_gold: bool):
+        self.p, self.index, self.seed, self.task = p, index, seed, task
+        rng = derive_rng(seed, task, index, "chains")
+        self.chains, names, values = _chains(rng, p.num_chains, p.num_hops, 5, set())
+        self.outputs = list(names[0])
+        self.prefix = ""
+        if p.icl and icl_layout is not None:
+            self.prefix = _icl_text(p, derive_rng(seed, task, index, "icl"), icl_layout, set(values)) + "\n"
+        self.query, self.num_v = values[0], p.num_hops + 1
+        self.answer_prefix = ANSWER_PREFIX.format(query=self.query, num_v=self.num_v)
+        self.base = min_noise_units(p.num_hops)
+        # Upstream's rule: input + answer prefix + tokens_to_generate <= max_seq_length.
+        self.limit = input_budget(counter, budget, self.answer_prefix, self.outputs, p.tokens_to_generate,
+                                  reserve_gold)
+
+    def render(self, unit: str, chosen: list[int]):
+        ctx = _context(self.chains, unit, self.base + len(chosen), derive_rng(self.seed, self.task, self.index, "place"),
+                       0)
+        return fill_template(TEMPLATE, ctx.text(), ctx.evidence, prefix=self.prefix, query=self.query,
+                             num_v=self.num_v)
+
+    def text(self, prompt) -> str:
+        return prompt.input + self.answer_prefix
+
+
+def noise_units(p: VtParams, *, counter: TokenCounter, budget: int, seed: int, task: str,
+                icl_layout: IclLayout | None, reserve_gold: bool = True) -> tuple[str, ...]:
+    """The noise units a task tries, decided once per task on a probe sample: whole lines then sentences, or sentences
+    only when the probe's h+1 lines leave less than 2% of the budget (no sample would fit them)."""
+    probe = _Sample(p, "probe", counter=counter, budget=budget, seed=seed, task=task, icl_layout=icl_layout,
+                    reserve_gold=reserve_gold)
+    if counter.count(probe.text(probe.render(LINE, []))) <= probe.limit * 0.98:
+        return (LINE, SENTENCE)
+    return (SENTENCE,)
+
+
 def generate_sample(p: VtParams, index: int, *, counter: TokenCounter, budget: int, seed: int, task: str,
-                    icl_layout: IclLayout | None = None, reserve_gold: bool = True, icl_lines: int | None = None):
+                    icl_layout: IclLayout | None = None, reserve_gold: bool = True, icl_lines: int | None = None,
+                    units: tuple[str, ...] = (LINE, SENTENCE)):
     if icl_layout is None and icl_lines is not None:  # the earlier API: whole noise lines
         icl_layout = IclLayout(LINE, icl_lines)
-    rng = derive_rng(seed, task, index, "chains")
-    chains, names, values = _chains(rng, p.num_chains, p.num_hops, 5, set())
-    prefix = ""
-    if p.icl and icl_layout is not None:
-        prefix = _icl_text(p, derive_rng(seed, task, index, "icl"), icl_layout, set(values)) + "\n"
-    query, num_v = values[0], p.num_hops + 1
-    answer_prefix = ANSWER_PREFIX.format(query=query, num_v=num_v)
-    base = min_noise_units(p.num_hops)
-    # Upstream's rule: input + answer prefix + tokens_to_generate <= max_seq_length.
-    limit = input_budget(counter, budget, answer_prefix, names[0], p.tokens_to_generate, reserve_gold)
-    for unit in (LINE, SENTENCE):
-        def render(chosen: list[int], unit=unit):
-            ctx = _context(chains, unit, base + len(chosen), derive_rng(seed, task, index, "place"), 0)
-            return fill_template(TEMPLATE, ctx.text(), ctx.evidence, prefix=prefix, query=query, num_v=num_v)
+    sample = _Sample(p, index, counter=counter, budget=budget, seed=seed, task=task, icl_layout=icl_layout,
+                     reserve_gold=reserve_gold)
+    for k, unit in enumerate(units):
         try:
-            fit = fit_units(render, lambda pr: pr.input + answer_prefix, _unit_costs(counter, unit, base), limit,
-                            counter)
+            fit = fit_units(lambda chosen, unit=unit: sample.render(unit, chosen), sample.text,
+                            _unit_costs(counter, unit, sample.base), sample.limit, counter)
         except BudgetTooSmall as e:
-            if unit == SENTENCE:
+            if k == len(units) - 1:
                 raise BudgetTooSmall(f"{task}: {e}") from None
             continue
-        return fit, list(names[0]), answer_prefix
-    raise AssertionError("unreachable")
+        return fit, sample.outputs, sample.answer_prefix
+    raise ValueError(f"{task}: no noise unit given")
