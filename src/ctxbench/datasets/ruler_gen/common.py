@@ -32,7 +32,8 @@ def derive_rng(seed: int, *parts: Any) -> random.Random:
 
 def insert_before_distinct_rows(rows: Sequence[R], items: Sequence[R], rng: random.Random) -> list[R]:
     """``items``, in their order, each inserted right before a distinct row of ``rows`` drawn at random (upstream
-    RULER's insertion into noise lines): two items are never adjacent and none is last. Needs len(rows) >= len(items)."""
+    RULER's insertion into noise lines): two items are never adjacent and none is last.
+    Needs len(rows) >= len(items)."""
     if len(items) > len(rows):
         raise ValueError(f"{len(items)} items need at least as many rows to stand before, got {len(rows)}")
     targets = sorted(rng.sample(range(len(rows)), len(items)))
@@ -57,8 +58,8 @@ def gold_target(answer_prefix: str, outputs: Sequence[str]) -> tuple[str, int]:
 def input_budget(counter, budget: int, answer_prefix: str, outputs: Sequence[str], tokens_to_generate: int,
                  reserve_gold: bool) -> int:
     """Tokens allowed for input + answer prefix. ``budget`` = max_seq_length - tokens_to_generate (- template tokens):
-    upstream's rule. With ``reserve_gold``, when the gold answer (as ``gold_target`` writes it after the prefix) has more
-    tokens than ``tokens_to_generate`` (vt_h10_c1's eleven names), its own tokens are kept free instead, so that
+    upstream's rule. With ``reserve_gold``, when the gold answer (as ``gold_target`` writes it after the prefix) has
+    more tokens than ``tokens_to_generate`` (vt_h10_c1's eleven names), its own tokens are kept free instead, so that
     input + prefix + gold answer fits max_seq_length as well."""
     if not reserve_gold:
         return budget

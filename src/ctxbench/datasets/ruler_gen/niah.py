@@ -93,8 +93,8 @@ def generate_sample(p: NiahParams, index: int, *, counter: TokenCounter, budget:
                     ctx.add(units(chosen[u]))
         else:
             lines = [(units(i), None) for i in range(base)] + [(units(base + c), None) for c in chosen]
-            for u, (text, j) in enumerate(insert_before_distinct_rows(lines, [(t, j) for j, t in enumerate(needle_texts)],
-                                                                     prng)):
+            needles = [(t, j) for j, t in enumerate(needle_texts)]
+            for u, (text, j) in enumerate(insert_before_distinct_rows(lines, needles, prng)):
                 ctx.add(text, evidence=j is not None and is_evidence[j], unit_index=u)
         return fill_template(template, ctx.text(), ctx.evidence, type_needle_v=type_v, query=query)
 

@@ -185,8 +185,8 @@ class _Sample:
                                   reserve_gold)
 
     def render(self, unit: str, chosen: list[int]):
-        ctx = _context(self.chains, unit, self.base + len(chosen), derive_rng(self.seed, self.task, self.index, "place"),
-                       0)
+        placement = derive_rng(self.seed, self.task, self.index, "place")
+        ctx = _context(self.chains, unit, self.base + len(chosen), placement, 0)
         return fill_template(TEMPLATE, ctx.text(), ctx.evidence, prefix=self.prefix, query=self.query,
                              num_v=self.num_v)
 
