@@ -1,6 +1,7 @@
 """One forward pass with hooks, and per-family access to what IFR needs from each attention layer.
 
-What is kept per layer (fp32, batch of one):
+What is kept per layer (batch of one), in the capture's dtype: float32, or float64 when the model itself is float64
+(the accuracy reference: ``model.dtype=float64``):
 - ``h``: the attention block's input, i.e. the normalised residual ``norm(x_prev)`` for every position. Values, keys and
   queries are plain projections of it, so the norm never has to be re-derived ("linearised") from ``x_prev``;
   ``v_j = norm(x_prev_j) W_V (+ b_V)`` is exactly the spec's ``(x_prev_j * s_j) W_V`` (for LayerNorm the centring and
@@ -58,10 +59,11 @@ class FamilyAdapter:
     attn_name: str = "self_attn"
     mid_name: str = "post_attention_layernorm"
 
-    def __init__(self, model, layers):
+    def __init__(self, model, layers, dtype: torch.dtype = torch.float32):
         self.model = model
         self._layers = list(layers)
         self.n_layers = len(self._layers)
+        self.dtype = dtype  # weights are read in this dtype (the capture's)
 
     # --- structure -------------------------------------------------------------------------------------------------
     def layers(self) -> list:
@@ -73,7 +75,7 @@ class FamilyAdapter:
     def mid_module(self, li: int):
         return getattr(self._layers[li], self.mid_name)
 
-    # --- per-layer maths (inputs fp32 on the model's device) -------------------------------------------------------
+    # --- per-layer maths (inputs in self.dtype on the model's device) ----------------------------------------------
     def values(self, li: int, h: torch.Tensor) -> torch.Tensor:
         """(N, d) attention inputs -> (N, n_heads, head_dim) values, already expanded from KV heads to query heads."""
         raise NotImplementedError
@@ -100,12 +102,12 @@ class FamilyAdapter:
         return None
 
 
-def _w(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().float()
+def _w(t: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return t.detach().to(dtype)
 
 
 def _linear(x: torch.Tensor, lin) -> torch.Tensor:
-    return F.linear(x, _w(lin.weight), None if lin.bias is None else _w(lin.bias))
+    return F.linear(x, _w(lin.weight, x.dtype), None if lin.bias is None else _w(lin.bias, x.dtype))
 
 
 class LlamaLikeAdapter(FamilyAdapter):
@@ -115,8 +117,8 @@ class LlamaLikeAdapter(FamilyAdapter):
     # x_prev + sum of head outputs, so the decomposition (and IFR as specified) does not hold.
     _FORBIDDEN = ("post_self_attn_layernorm", "post_attention_norm", "pre_feedforward_layernorm")
 
-    def __init__(self, model):
-        super().__init__(model, model.base_model.layers)
+    def __init__(self, model, dtype: torch.dtype = torch.float32):
+        super().__init__(model, model.base_model.layers, dtype)
         first = self._layers[0]
         for name in self._FORBIDDEN:
             if hasattr(first, name):
@@ -157,12 +159,12 @@ class LlamaLikeAdapter(FamilyAdapter):
         return self._expand(_rope(k, cos[:n], sin[:n]))
 
     def out_blocks(self, li):
-        w = _w(self.attn(li).o_proj.weight)  # (d, H*dh)
+        w = _w(self.attn(li).o_proj.weight, self.dtype)  # (d, H*dh)
         return w.view(self.d_model, self.n_heads, self.head_dim).permute(1, 2, 0).contiguous()
 
     def out_bias(self, li):
         b = self.attn(li).o_proj.bias
-        return None if b is None else _w(b)
+        return None if b is None else _w(b, self.dtype)
 
     def sliding_window(self, li):
         sw = getattr(self.attn(li), "sliding_window", None)
@@ -175,8 +177,8 @@ class GPT2Adapter(FamilyAdapter):
     attn_name = "attn"
     mid_name = "ln_2"
 
-    def __init__(self, model):
-        super().__init__(model, model.base_model.h)
+    def __init__(self, model, dtype: torch.dtype = torch.float32):
+        super().__init__(model, model.base_model.h, dtype)
         a = self._layers[0].attn
         self.n_heads = self.n_kv_heads = int(a.num_heads)
         self.head_dim = int(a.head_dim)
@@ -184,8 +186,8 @@ class GPT2Adapter(FamilyAdapter):
 
     def _part(self, li, h, k: int) -> torch.Tensor:
         a, d = self.attn(li), self.d_model
-        w = _w(a.c_attn.weight)[:, k * d:(k + 1) * d]
-        b = _w(a.c_attn.bias)[k * d:(k + 1) * d]
+        w = _w(a.c_attn.weight, h.dtype)[:, k * d:(k + 1) * d]
+        b = _w(a.c_attn.bias, h.dtype)[k * d:(k + 1) * d]
         return torch.addmm(b, h, w).view(h.shape[0], self.n_heads, self.head_dim)
 
     def values(self, li, h):
@@ -198,23 +200,30 @@ class GPT2Adapter(FamilyAdapter):
         return self._part(li, h, 1)
 
     def out_blocks(self, li):
-        return _w(self.attn(li).c_proj.weight).view(self.n_heads, self.head_dim, self.d_model).contiguous()
+        w = _w(self.attn(li).c_proj.weight, self.dtype)
+        return w.view(self.n_heads, self.head_dim, self.d_model).contiguous()
 
     def out_bias(self, li):
-        return _w(self.attn(li).c_proj.bias)
+        return _w(self.attn(li).c_proj.bias, self.dtype)
 
 
-def adapter_for(model) -> FamilyAdapter:
+def capture_dtype(model) -> torch.dtype:
+    """float64 for a float64 model (the accuracy reference), float32 for every other dtype."""
+    return torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
+
+
+def adapter_for(model, dtype: Optional[torch.dtype] = None) -> FamilyAdapter:
+    dtype = capture_dtype(model) if dtype is None else dtype
     mtype = getattr(model.config, "model_type", "")
     if mtype == "gpt2":
-        return GPT2Adapter(model)
+        return GPT2Adapter(model, dtype)
     base = getattr(model, "base_model", None)
     layers = getattr(base, "layers", None)
     if layers is not None and len(layers):
         a = getattr(layers[0], "self_attn", None)
         if all(hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and \
                 hasattr(layers[0], "post_attention_layernorm"):
-            return LlamaLikeAdapter(model)
+            return LlamaLikeAdapter(model, dtype)
     raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders and GPT-2")
 
 
@@ -237,6 +246,10 @@ class Capture:
     extra: dict = field(default_factory=dict)
 
     @property
+    def dtype(self) -> torch.dtype:
+        return self.layers[0].h.dtype
+
+    @property
     def stored_attention(self) -> bool:
         return self.layers[0].attn is not None
 
@@ -252,12 +265,14 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
 
     ``store_attention`` keeps the eager attention probabilities of those rows (needs an eager model);
     otherwise they are recomputed per layer later. ``forward_attn_impl`` (e.g. "sdpa") switches the kernel for this
-    pass only; ignored when attention is stored (that needs eager).
+    pass only; ignored when attention is stored (that needs eager). Everything is kept in float32, or in float64 when
+    the model is float64.
     """
     import time
 
     t0 = time.perf_counter()
     ad = adapter_for(model)
+    dt = ad.dtype
     ids = input_ids.reshape(1, -1).to(next(model.parameters()).device)
     T = int(ids.shape[1])
     L = ad.n_layers
@@ -270,15 +285,15 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
 
     def attn_pre(li):
         def hook(mod, args, kwargs):
-            hs[li] = _hidden_arg(args, kwargs)[0].detach().float()
+            hs[li] = _hidden_arg(args, kwargs)[0].detach().to(dt)
             pe = kwargs.get("position_embeddings")
             if pe is not None and "pe" not in pos:
-                pos["pe"] = (pe[0][0].detach().float(), pe[1][0].detach().float())
+                pos["pe"] = (pe[0][0].detach().to(dt), pe[1][0].detach().to(dt))
         return hook
 
     def layer_pre(li):
         def hook(mod, args, kwargs):
-            xp[li] = _hidden_arg(args, kwargs)[0, row_start:].detach().float().clone()
+            xp[li] = _hidden_arg(args, kwargs)[0, row_start:].detach().to(dt, copy=True)
         return hook
 
     def attn_out(li):
@@ -287,12 +302,12 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
             if w is None:
                 raise UnsupportedModelError("no attention probabilities returned: load the model with "
                                             "attn_implementation='eager' or use recompute_attention=True")
-            at[li] = w[0, :, row_start:, :].detach().float().clone()
+            at[li] = w[0, :, row_start:, :].detach().to(dt, copy=True)
         return hook
 
     def mid_pre(li):
         def hook(mod, args):
-            xm[li] = args[0][0, row_start:].detach().float().clone()
+            xm[li] = args[0][0, row_start:].detach().to(dt, copy=True)
             if li == L - 1:
                 raise _StopForward
         return hook

@@ -55,7 +55,7 @@ class LayerView:
         self._f: Optional[torch.Tensor] = None
         self._O = self.ad.out_blocks(li)  # (H, dh, d)
         H, d = self.ad.n_heads, self.ad.d_model
-        self._cache_f = H * self.n_src * d * 4 <= cfg.f_cache_bytes
+        self._cache_f = H * self.n_src * d * self.lc.h.element_size() <= cfg.f_cache_bytes
 
     # rows are absolute positions (LongTensor), all >= cap.row_start
     def attn_rows(self, rows: torch.Tensor) -> torch.Tensor:
@@ -109,13 +109,13 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     ``weights`` (same length) are normalised to sum 1; uniform when None. Rows of zero weight are skipped.
     """
     cfg = cfg or IFRConfig()
-    dev = cap.layers[0].h.device
+    dev, dt = cap.layers[0].h.device, cap.dtype
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
-    w = torch.ones(rows.numel(), device=dev) if weights is None else \
-        torch.as_tensor(weights, dtype=torch.float32, device=dev).reshape(-1).clone()
+    w = torch.ones(rows.numel(), dtype=dt, device=dev) if weights is None else \
+        torch.as_tensor(weights, dtype=dt, device=dev).reshape(-1).clone()
     if w.numel() != rows.numel():
         raise ValueError(f"{w.numel()} weights for {rows.numel()} sink rows")
-    total = torch.zeros(cap.T, device=dev)
+    total = torch.zeros(cap.T, dtype=dt, device=dev)
     if float(w.sum()) <= 0:
         return total
     keep = w > 0
@@ -124,14 +124,14 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     H, d = cap.adapter.n_heads, cap.adapter.d_model
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
-        abar = torch.zeros(H, n_src, device=dev)
+        abar = torch.zeros(H, n_src, dtype=dt, device=dev)
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             sl = slice(r0, r0 + cfg.sink_chunk)
             abar += torch.einsum("r,hrn->hn", w[sl], lv.attn_rows(rows[sl]))
         x_s = w @ lv.x_mid(rows)
         r_s = w @ lv.x_prev(rows)
         x_s_l1 = l1(x_s)
-        numer = torch.empty(n_src, device=dev)
+        numer = torch.empty(n_src, dtype=dt, device=dev)
         step = lv.source_chunk(H * d)
         for j0 in range(0, n_src, step):
             j1 = min(n_src, j0 + step)
@@ -147,9 +147,9 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
 def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.Tensor:
     """Per-token IFR (§4.1) for each sink in ``rows``: (R, T) summed over layers, chunked over sinks and sources."""
     cfg = cfg or IFRConfig()
-    dev = cap.layers[0].h.device
+    dev, dt = cap.layers[0].h.device, cap.dtype
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
-    out = torch.zeros(rows.numel(), cap.T, device=dev)
+    out = torch.zeros(rows.numel(), cap.T, dtype=dt, device=dev)
     if rows.numel() == 0:
         return out
     n_src = int(rows.max()) + 1
@@ -162,7 +162,7 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
             alpha = lv.attn_rows(rr)
             xm, xp = lv.x_mid(rr), lv.x_prev(rr)
             xm_l1 = l1(xm)
-            numer = torch.zeros(R, top, device=dev)
+            numer = torch.zeros(R, top, dtype=dt, device=dev)
             step = lv.source_chunk(H * R * d)
             for j0 in range(0, top, step):
                 j1 = min(top, j0 + step)

@@ -93,7 +93,7 @@ class MultiHopIFRAttributor(IFRAttributorBase):
             t0 = time.perf_counter()
             dev = cap.layers[0].h.device
             s_rows, t_rows = ctx.gen_rows(sink), ctx.gen_rows(think)
-            m = torch.ones(ctx.T, device=dev)
+            m = torch.ones(ctx.T, dtype=cap.dtype, device=dev)
             m[t_rows] = 0
             m[s_rows] = 0
             m[int(t_rows[-1]) + 1:] = 0
@@ -141,11 +141,12 @@ class MultiHopBothAttributor(IFRAttributorBase):
             cap = self._capture(model, ctx, timings)
             t0 = time.perf_counter()
             dev = cap.layers[0].h.device
-            keep = torch.ones(ctx.T, device=dev)
-            keep[ctx.prompt_positions] = torch.as_tensor(~p_stop, dtype=torch.float32, device=dev)
-            keep[ctx.gen_start:] = torch.as_tensor(~g_stop, dtype=torch.float32, device=dev)
+            dt = cap.dtype
+            keep = torch.ones(ctx.T, dtype=dt, device=dev)
+            keep[ctx.prompt_positions] = torch.as_tensor(~p_stop, dtype=dt, device=dev)
+            keep[ctx.gen_start:] = torch.as_tensor(~g_stop, dtype=dt, device=dev)
             a_rows = ctx.gen_rows(all_gen)
-            m = torch.ones(ctx.T, device=dev)
+            m = torch.ones(ctx.T, dtype=dt, device=dev)
             m[int(a_rows[0]):] = 0  # all_gen and everything after it
             m *= keep
             h0_rows = a_rows if self.hop0 == "all_gen" else ctx.gen_rows(sink)

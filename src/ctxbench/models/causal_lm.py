@@ -79,7 +79,7 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
     table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64, "fp64": torch.float64}
     if dtype not in table:
         raise ValueError(f"model.dtype={dtype!r}: expected one of auto, {', '.join(sorted(table))}")
     if device.type == "cpu" and table[dtype] == torch.float16:
