@@ -52,3 +52,16 @@ def make_input(T: int = 14, gen_start: int = 9, template: int = 2, seed: int = 1
         ids[-1] = FakeTokenizer.eos_token_id
     pp = torch.arange(template, gen_start - 1)  # template tokens at the start and one just before generation
     return ModelInput(input_ids=ids, prompt_positions=pp, prompt_offsets=[], gen_start=gen_start, text="")
+
+
+def method_classes() -> dict:
+    """Every attribution class by its method name (what conf/attribution/<name>.yaml targets)."""
+    from ctxbench import attribution as A
+
+    classes = (A.SpanIFRAttributor, A.AllPositionsIFRAttributor, A.MultiHopIFRAttributor, A.MultiHopBothAttributor,
+               A.AttentionAttributor, A.InputXGradientAttributor, A.IntegratedGradientsAttributor, A.RandomAttributor)
+    return {cls.method: cls for cls in classes}
+
+
+def make(method: str, **params):
+    return method_classes()[method](**params)

@@ -7,8 +7,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-MOREHOPQA_SAMPLE = SHARED / "data" / "morehopqa" / "morehopqa_final_150samples.json"
 CACHE_DIR = ROOT / ".cache"
 
 
@@ -30,6 +28,9 @@ def smol_tokenizer():
 
 @pytest.fixture(scope="session")
 def morehopqa_path() -> Path:
-    if not MOREHOPQA_SAMPLE.exists():
-        pytest.skip(f"MoreHopQA sample not found at {MOREHOPQA_SAMPLE}")
-    return MOREHOPQA_SAMPLE
+    """The 150-row MoreHopQA sample shipped inside the package (a missing file is a failure, not a skip)."""
+    from ctxbench.datasets import morehopqa_sample
+
+    path = morehopqa_sample()
+    assert path.is_file(), f"the packaged MoreHopQA sample is missing: {path}"
+    return path

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make_input, tiny_model
-from ctxbench.attribution import build_attributor
+from attribution_helpers import FakeTokenizer, make, make_input, tiny_model
+
 from ctxbench.attribution.base import causal_column_mask
 
 
@@ -24,7 +24,7 @@ def _logp_rows(model, embeds, mi):
 
 def test_attention_is_last_layer_head_mean(model):
     mi = make_input()
-    res = build_attributor("attention").attribute(model, FakeTokenizer(), mi)
+    res = make("attention").attribute(model, FakeTokenizer(), mi)
     with torch.no_grad():
         att = model(mi.input_ids[None], output_attentions=True).attentions[-1][0].mean(0)
     cols = torch.cat([mi.prompt_positions, torch.arange(mi.gen_start, mi.input_ids.numel())])
@@ -35,7 +35,7 @@ def test_attention_is_last_layer_head_mean(model):
 def test_integrated_gradients_completeness(model):
     mi = make_input(template=0)  # every position before the generation is a prompt column
     mi.prompt_positions = torch.arange(0, mi.gen_start)
-    res = build_attributor("integrated_gradients", ig_steps=64, ig_batch=8).attribute(model, FakeTokenizer(), mi)
+    res = make("integrated_gradients", ig_steps=64, ig_batch=8).attribute(model, FakeTokenizer(), mi)
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(mi.input_ids[None])
@@ -48,7 +48,7 @@ def test_integrated_gradients_completeness(model):
 
 def test_input_x_gradient_matches_autograd(model):
     mi = make_input()
-    res = build_attributor("input_x_gradient").attribute(model, FakeTokenizer(), mi)
+    res = make("input_x_gradient").attribute(model, FakeTokenizer(), mi)
     x = model.get_input_embeddings()(mi.input_ids[None]).detach().requires_grad_(True)
     t = 2
     (g,) = torch.autograd.grad(_logp_rows(model, x, mi)[t], x)
@@ -59,8 +59,8 @@ def test_input_x_gradient_matches_autograd(model):
 
 def test_random_is_seeded_and_causal(model):
     mi = make_input()
-    a = build_attributor("random", seed=3).attribute(model, FakeTokenizer(), mi).matrix
-    b = build_attributor("random", seed=3).attribute(model, FakeTokenizer(), mi).matrix
-    c = build_attributor("random", seed=4).attribute(model, FakeTokenizer(), mi).matrix
+    a = make("random", seed=3).attribute(model, FakeTokenizer(), mi).matrix
+    b = make("random", seed=3).attribute(model, FakeTokenizer(), mi).matrix
+    c = make("random", seed=4).attribute(model, FakeTokenizer(), mi).matrix
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     assert (a[~causal_column_mask(mi.P, mi.G)] == 0).all() and (a[causal_column_mask(mi.P, mi.G)] > 0).all()

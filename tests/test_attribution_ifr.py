@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make_input, tiny_model
-from ctxbench.attribution import build_attributor, capture, per_token_ifr, reconstruct_x_mid, span_ifr
+from attribution_helpers import FakeTokenizer, make, make_input, tiny_model
+from ctxbench.attribution import capture, per_token_ifr, reconstruct_x_mid, span_ifr
 from ctxbench.attribution import multi_hop as mh
 from ctxbench.attribution.ifr import IFRConfig
 
@@ -112,7 +112,7 @@ def test_per_token_ifr_matches_brute_force(fam):
     got = per_token_ifr(cap, sinks, IFRConfig(sink_chunk=2, chunk_elems=700)).numpy()  # tiny chunks: exercise them
     # fp32 against fp64: a proximity is a difference of two L1 norms, so its rounding error scales with |x_mid|_1
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=5e-5)
-    res = build_attributor("ifr_all_positions", **EAGER).attribute(model, FakeTokenizer(), mi, None, None)
+    res = make("ifr_all_positions", **EAGER).attribute(model, FakeTokenizer(), mi, None, None)
     cols = torch.cat([mi.prompt_positions, torch.arange(mi.gen_start, mi.input_ids.numel())]).numpy()
     np.testing.assert_allclose(res.matrix, ref[:, cols], rtol=1e-4, atol=5e-5)
 
@@ -142,8 +142,8 @@ def test_recomputed_attention_equals_stored(fam):
     torch.testing.assert_close(per_token_ifr(a, rows), per_token_ifr(b, rows), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(span_ifr(a, rows), span_ifr(b, rows), atol=1e-5, rtol=1e-5)
     for method in ("ifr_multi_hop", "ifr_multi_hop_both"):
-        ra = build_attributor(method, recompute_attention=False).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
-        rb = build_attributor(method, recompute_attention=True, forward_attn_impl=None).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+        ra = make(method, recompute_attention=False).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+        rb = make(method, recompute_attention=True, forward_attn_impl=None).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
         np.testing.assert_allclose(ra.matrix, rb.matrix, atol=1e-5, equal_nan=True)
 
 
@@ -191,7 +191,7 @@ def test_multi_hop_zero_hops_is_masked_span_ifr(fam):
     family, model = fam
     mi = make_input()
     sink, think = (3, 4), (0, 2)
-    res = build_attributor("ifr_multi_hop", hops=0, **EAGER).attribute(model, FakeTokenizer(), mi, sink, think)
+    res = make("ifr_multi_hop", hops=0, **EAGER).attribute(model, FakeTokenizer(), mi, sink, think)
     cap = capture(model, mi.input_ids, mi.gen_start)
     v0 = span_ifr(cap, range(mi.gen_start + 3, mi.gen_start + 5))
     m = torch.ones(cap.T)
@@ -247,7 +247,7 @@ def test_multi_hop_both_rows_and_stop_tokens():
     ids = torch.tensor([10, 11, 12, 3, 13, 5, 14, 15, 20, 3, 21, 4, 22, 63])
     mi = make_input(ids=ids, gen_start=8)
     tok = FakeTokenizer()
-    res = build_attributor("ifr_multi_hop_both", hops=2, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
+    res = make("ifr_multi_hop_both", hops=2, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
     written = [t for t in range(mi.G) if not np.isnan(res.matrix[t]).all()]
     assert written == [2, 4]  # non-stop tokens of S; the stop token 3 and EOS are never rows
     stop_cols = np.where(np.concatenate([res.prompt_stop_mask, res.gen_stop_mask]))[0]
@@ -255,8 +255,8 @@ def test_multi_hop_both_rows_and_stop_tokens():
     assert (res.matrix[2, stop_cols] == 0).all() and (res.hop_vectors[:, stop_cols] == 0).all()
     assert res.hop_vectors.shape == (3, mi.P + mi.G) and len(res.rho) == 3
     # hop0 switch: over S only vs over all_gen differ; defaults reproduce all_gen
-    r_sink = build_attributor("ifr_multi_hop_both", hops=0, hop0="sink", **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
-    r_all = build_attributor("ifr_multi_hop_both", hops=0, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
+    r_sink = make("ifr_multi_hop_both", hops=0, hop0="sink", **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
+    r_all = make("ifr_multi_hop_both", hops=0, **EAGER).attribute(model, tok, mi, (2, 4), (0, 1))
     cap = capture(model, mi.input_ids, mi.gen_start)
     keep = torch.ones(cap.T)
     keep[[3, 5, 9, 11, 13]] = 0  # prompt "," and "  ", generated "," "." and the EOS itself (a stop by weight)
@@ -276,8 +276,8 @@ def test_multi_hop_both_rows_and_stop_tokens():
 def test_sdpa_capture_close_to_eager(fam):
     family, model = fam
     mi = make_input()
-    a = build_attributor("ifr_multi_hop", **EAGER).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
-    b = build_attributor("ifr_multi_hop").attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+    a = make("ifr_multi_hop", **EAGER).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+    b = make("ifr_multi_hop").attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
     np.testing.assert_allclose(a.matrix, b.matrix, atol=1e-4, equal_nan=True)
     assert model.config._attn_implementation == "eager"
 
@@ -285,11 +285,27 @@ def test_sdpa_capture_close_to_eager(fam):
 def test_span_and_all_positions_rows():
     model = tiny_model("gpt2")
     mi = make_input()
-    res = build_attributor("ifr_span").attribute(model, FakeTokenizer(), mi, (1, 3), None)
+    res = make("ifr_span").attribute(model, FakeTokenizer(), mi, (1, 3), None)
     assert np.isnan(res.matrix[0]).all() and np.isnan(res.matrix[4]).all()
     assert np.allclose(res.matrix[1], res.matrix[3])
     assert res.matrix.dtype == np.float32 and res.matrix.shape == (mi.G, mi.P + mi.G)
     with pytest.raises(ValueError):
-        build_attributor("ifr_span").attribute(model, FakeTokenizer(), mi, (3, 9), None)
-    with pytest.raises(ValueError):
-        build_attributor("nope")
+        make("ifr_span").attribute(model, FakeTokenizer(), mi, (3, 9), None)
+
+
+
+def test_parameters_checked_when_built():
+    """A bad setting fails when the method is built, before any model work; unknown keywords are refused."""
+    from ctxbench.attribution import AttentionAttributor, MultiHopBothAttributor, MultiHopIFRAttributor
+
+    with pytest.raises(ValueError, match="hop0='first'"):
+        MultiHopBothAttributor(hop0="first")
+    with pytest.raises(ValueError, match="hops must be >= 0"):
+        MultiHopIFRAttributor(hops=-1)
+    with pytest.raises(ValueError, match="ig_steps"):
+        AttentionAttributor(times_ig=True, ig_steps=1)
+    with pytest.raises(TypeError):
+        MultiHopIFRAttributor(hopz=2)
+    assert MultiHopBothAttributor(hops=3).params == {
+        "tau": 0.0, "recompute_attention": True, "forward_attn_impl": "sdpa", "sink_chunk": 64,
+        "chunk_elems": 1 << 22, "f_cache_bytes": 1 << 30, "hops": 3, "hop0": "all_gen"}

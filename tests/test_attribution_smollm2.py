@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ctxbench.attribution import build_attributor, capture, reconstruct_x_mid, views
+from attribution_helpers import make
+from ctxbench.attribution import capture, reconstruct_x_mid, views
 from ctxbench.prompts.formats import ModelInput
 
 pytestmark = pytest.mark.slow
@@ -43,13 +44,13 @@ def test_decomposition_exact_on_smollm2(smollm2, example):
 def test_recompute_equals_stored_on_smollm2(smollm2, example):
     mi, sink, think = example
     for method in ("ifr_all_positions", "ifr_multi_hop_both"):
-        a = build_attributor(method, recompute_attention=False).attribute(smollm2.model, smollm2.tokenizer, mi,
+        a = make(method, recompute_attention=False).attribute(smollm2.model, smollm2.tokenizer, mi,
                                                                            sink, think)
-        b = build_attributor(method, recompute_attention=True, forward_attn_impl=None).attribute(
+        b = make(method, recompute_attention=True, forward_attn_impl=None).attribute(
             smollm2.model, smollm2.tokenizer, mi, sink, think)
         np.testing.assert_allclose(a.matrix, b.matrix, atol=1e-5, equal_nan=True)
         # an sdpa capture pass changes the residual stream by kernel rounding only
-        c = build_attributor(method, recompute_attention=True, forward_attn_impl="sdpa").attribute(
+        c = make(method, recompute_attention=True, forward_attn_impl="sdpa").attribute(
             smollm2.model, smollm2.tokenizer, mi, sink, think)
         np.testing.assert_allclose(c.matrix, b.matrix, atol=2e-4, equal_nan=True)
     assert smollm2.model.config._attn_implementation == "eager"  # the temporary kernel switch was undone

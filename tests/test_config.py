@@ -13,13 +13,15 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ctxbench.conf import register_configs
+from ctxbench.parts import build, build_all
 
 from conftest import ROOT
 
 CONF = ROOT / "conf"
 register_configs()
 
-GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml"))
+# hydra/default.yaml configures Hydra itself (checked by test_run_and_sweep_dirs_set_once)
+GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml") if p.parent.name != "hydra")
 MAIN_CONFIGS = {"run": None, "sample": None, "prepare": None}
 
 
@@ -81,6 +83,31 @@ def test_several_modes_and_methods_in_one_run():
     assert cfg.attribution.ifr_multi_hop_both.hop0 == "all_gen"
 
 
+def test_run_and_sweep_dirs_set_once():
+    for main in ("run", "sample", "prepare", "report"):
+        text = (CONF / f"{main}.yaml").read_text()
+        assert "hydra: default" in text and "dir:" not in text
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="run", return_hydra_config=True)
+    assert cfg.hydra.run.dir.startswith("outputs/run_exp/niah_mq_q2/") and cfg.hydra.job.name == "run_exp"
+    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
+
+
+def test_every_parameter_can_be_overridden():
+    """Parameters come from the constructors, so ones the YAML does not list can be set without '+'."""
+    cfg = _compose("run", ["attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hops=3",
+                           "attribution.ifr_multi_hop_both.tau=0.01", "mode=[recovery]", "mode.recovery.fraction=0.05",
+                           "dataset.num_samples=20"])
+    method = build_all(cfg.attribution, "attribution")["ifr_multi_hop_both"]
+    assert (method.hops, method.tau, method.hop0) == (3, 0.01, "all_gen")
+    assert build_all(cfg.mode, "mode")["recovery"].metrics()[0].label == "Recall@5%"
+    assert build(cfg.dataset, "dataset").num_samples == 20
+    # a value the constructor refuses fails when the part is built, naming the key
+    bad = _compose("run", ["attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hop0=first"])
+    with pytest.raises(Exception, match=r"attribution.ifr_multi_hop_both: .*hop0='first'"):
+        build_all(bad.attribution, "attribution")
+
+
 def test_quick_default_and_table1_bundle():
     quick = _compose("run", [])
     assert (quick.dataset.name, quick.dataset.length, quick.max_examples) == ("niah_mq_q2", 512, 3)
@@ -110,13 +137,22 @@ def test_misspelt_key_in_a_group_file_is_rejected(tmp_path):
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (conf / "model" / "typo.yaml").write_text("name: t\npaht: x\n")
+    # a part's file is checked against its class's constructor (schema registered from the file's _target_)
+    (conf / "attribution" / "typo.yaml").write_text(
+        "defaults:\n  - /schema/attribution/typo@typo\n  - _self_\ntypo:\n"
+        "  _target_: ctxbench.attribution.multi_hop.MultiHopIFRAttributor\n  hopz: 2\n")
+    register_configs(conf)
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         with pytest.raises(ConfigCompositionException):
             compose(config_name="run", overrides=["model=typo"])
+        with pytest.raises(ConfigCompositionException, match="hopz"):
+            compose(config_name="run", overrides=["attribution=[typo]"])
 
 
-def _cli(script, *args, cwd=ROOT):
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+def _cli(script, *args, cwd=ROOT, full_error=True):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    if full_error:
+        env["HYDRA_FULL_ERROR"] = "1"
     return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -135,6 +171,26 @@ def test_cli_cfg_job_and_help():
     assert out.returncode != 0 and "lenght" in out.stderr
 
 
+def test_user_errors_are_one_line(tmp_path):
+    """Bad input ends with one 'error:' line naming the file/key and exit code 2; the traceback only on request."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(RULER_LINE) + "\n{oops\n")
+    args = ["dataset=jsonl", f"dataset.path={bad}", "dataset.name=bad", f"paths.model_cache_dir={ROOT / '.cache'}",
+            f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    out = _cli("run_exp.py", *args, full_error=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {bad}:2: ") and "Traceback" not in out.stderr
+    out = _cli("run_exp.py", *args[:-1], "attribution.random.seed=x", f"hydra.run.dir={tmp_path / 'run2'}",
+               full_error=False)
+    assert out.returncode != 0 and "attribution.random.seed" in out.stderr and "Traceback" not in out.stderr
+    out = _cli("run_exp.py", "dataset=jsonl", f"dataset.path={tmp_path / 'missing.jsonl'}",
+               f"hydra.run.dir={tmp_path / 'run3'}", f"paths.model_cache_dir={ROOT / '.cache'}", full_error=False)
+    assert out.returncode == 2 and "missing.jsonl: no such RULER-format JSONL file" in out.stderr
+    out = _cli("run_exp.py", *args, full_error=True)  # HYDRA_FULL_ERROR=1: the traceback is shown
+    assert out.returncode != 0 and "Traceback" in out.stderr
+
+
 RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
               "outputs": ["1234567"], "answer_prefix": " Answer:",
               "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
@@ -149,7 +205,7 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
         f.write_text(json.dumps(RULER_LINE) + "\n")
     sweep = tmp_path / "sweep"
     out = _cli("run_exp.py", "-m", "dataset=niah_mq_q2,vt_h2_c3", "dry_run=true", f"paths.data_dir={data}",
-               f"paths.cache_dir={ROOT / '.cache'}", f"hydra.sweep.dir={sweep}")
+               f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.sweep.dir={sweep}")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
     assert [p.name for p in jobs] == ["0_dataset=niah_mq_q2,dry_run=True", "1_dataset=vt_h2_c3,dry_run=True"]
@@ -164,7 +220,7 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
 @pytest.mark.slow
 def test_stages_refuse_to_fake_unimplemented_work(tmp_path, morehopqa_path):
     args = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "max_examples=2",
-            f"paths.cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+            f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("sample_and_filter.py", *args, "dry_run=true")
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["dataset"]["examples"] == 2
@@ -174,8 +230,8 @@ def test_stages_refuse_to_fake_unimplemented_work(tmp_path, morehopqa_path):
 
 @pytest.mark.slow
 def test_prepare_data_cli_is_deterministic_and_keeps_existing(tmp_path):
-    args = ["dataset=niah_mv_v2", "length=512", "num_samples=6", "seed=7", f"paths.data_dir={tmp_path / 'd'}",
-            f"paths.cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    args = ["dataset=niah_mv_v2", "length=512", "dataset.num_samples=6", "dataset.seed=7", f"paths.data_dir={tmp_path / 'd'}",
+            f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("prepare_data.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     f = tmp_path / "d" / "ruler_multihop" / "512" / "niah_mv_v2" / "validation.jsonl"

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from ctxbench.datasets import load_morehopqa, load_ruler_jsonl, load_source, resolve_dataset
+from ctxbench.datasets import (MoreHopQA, Paths, RulerJsonl, RulerTask, load_morehopqa, load_ruler_jsonl,
+                               morehopqa_sample)
 from ctxbench.datasets.ruler import ruler_target
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.errors import DataError, UnknownDatasetError
@@ -130,42 +131,45 @@ def test_ruler_malformed_json_and_duplicate_index(tmp_path):
         load_ruler_jsonl(p)
 
 
-def test_resolution_any_length_and_priority(tmp_path, morehopqa_path):
-    data, cache = tmp_path / "data", tmp_path / "cache"
+def test_loading_priority_and_lengths(tmp_path, morehopqa_path):
+    paths = Paths(data_dir=str(tmp_path / "data"), samples_dir=str(tmp_path / "samples"))
+    data = tmp_path / "data"
     f512 = write_jsonl(data / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl", RULER_LINES)
-    kw = dict(data_dir=data, cache_dir=cache)
-    # The only length present is found (including 1024-style folders: no length is skipped).
-    assert resolve_dataset("niah_mq_q2", kind="ruler", **kw).path == f512
     f1024 = write_jsonl(data / "ruler_multihop" / "1024" / "niah_mq_q2" / "validation.jsonl", RULER_LINES[:1])
-    assert resolve_dataset("niah_mq_q2", kind="ruler", length=1024, **kw).path == f1024
-    with pytest.raises(UnknownDatasetError, match=r"several lengths \[512, 1024\]"):
-        resolve_dataset("niah_mq_q2", kind="ruler", **kw)
-    with pytest.raises(UnknownDatasetError, match="prepare_data.py dataset=niah_mq_q2 length=2048"):
-        resolve_dataset("niah_mq_q2", kind="ruler", length=2048, **kw)
-    # explicit JSONL path beats raw data
+    src, examples = RulerTask(name="niah_mq_q2", length=512, generate_missing=False).load(paths)
+    assert (src.kind, src.path, len(examples)) == ("ruler", f512, len(RULER_LINES))
+    assert RulerTask(name="niah_mq_q2", generate_missing=False).load(paths)[0].path == f1024  # default length 1024
+    with pytest.raises(UnknownDatasetError, match=r"lengths present: \[512, 1024\].*"
+                                                  r"prepare_data.py dataset=niah_mq_q2 length=2048"):
+        RulerTask(name="niah_mq_q2", length=2048, generate_missing=False).load(paths)
+    # any RULER-format file by path
     explicit = write_jsonl(tmp_path / "other.jsonl", RULER_LINES[1:])
-    src = resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, length=1024, **kw)
-    assert (src.kind, src.path) == ("ruler", explicit)
-    # the sampled cache beats both, unless disabled
-    cache.mkdir()
-    cached = cache / "niah_mq_q2.jsonl"
+    src, examples = RulerJsonl(name="mine", path=str(explicit)).load(paths)
+    assert (src.kind, src.path, len(examples)) == ("ruler", explicit, len(RULER_LINES) - 1)
+    with pytest.raises(DataError, match="nope.jsonl: no such RULER-format JSONL file"):
+        RulerJsonl(name="mine", path=str(tmp_path / "nope.jsonl")).load(paths)
+    # the sampled cache beats the raw data, unless disabled
+    cached = tmp_path / "samples" / "niah_mq_q2.jsonl"
+    cached.parent.mkdir()
     cached.write_text(json.dumps(dict(prompt="p", target=None, indices_to_explain=None, attr_mask_indices=None,
                                       sink_span=None, thinking_span=None, metadata={"id": "c0"})) + "\n")
-    src = resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, length=1024, **kw)
-    assert (src.kind, src.path) == ("cache", cached)
-    assert [e.example_id for e in load_source(src)] == ["c0"]
-    assert resolve_dataset("niah_mq_q2", kind="ruler", path=explicit, use_cache=False, **kw).path == explicit
-    assert resolve_dataset("morehopqa", kind="morehopqa", path=morehopqa_path, **kw).kind == "morehopqa"
+    task = RulerTask(name="niah_mq_q2", length=512, generate_missing=False)
+    src, examples = task.load(paths)
+    assert (src.kind, src.path, [e.example_id for e in examples]) == ("cache", cached, ["c0"])
+    assert task.load(paths, use_cache=False)[0].path == f512
+    assert RulerTask(name="niah_mq_q2", length=512, use_cache=False).load(paths)[0].path == f512
+    src, examples = MoreHopQA(name="morehopqa", path=str(morehopqa_path)).load(paths, max_examples=5)
+    assert (src.kind, len(examples)) == ("morehopqa", 5)
 
 
-def test_unknown_and_refused_names_list_what_exists(tmp_path):
-    data, cache = tmp_path / "data", tmp_path / "cache"
-    write_jsonl(data / "ruler_multihop" / "256" / "my_task" / "validation.jsonl", RULER_LINES)
-    kw = dict(data_dir=data, cache_dir=cache)
+def test_packaged_morehopqa_is_the_default(tmp_path):
+    paths = Paths(data_dir=str(tmp_path), samples_dir=str(tmp_path))
+    src, examples = MoreHopQA(name="morehopqa").load(paths)
+    assert src.path == morehopqa_sample() and len(examples) == 150
+
+
+def test_unknown_task_lists_what_exists():
     with pytest.raises(UnknownDatasetError) as err:
-        resolve_dataset("math", kind="ruler", **kw)
-    assert "refused" in str(err.value) and "my_task" in str(err.value) and "niah_mq_q2" in str(err.value)
-    with pytest.raises(UnknownDatasetError) as err:
-        resolve_dataset("niah_nope", kind="ruler", **kw)
+        RulerTask(name="niah_nope")
     msg = str(err.value)
-    assert "not found" in msg and "my_task" in msg and "morehopqa" in msg and "vt_h10_c1" in msg
+    assert "unknown RULER task 'niah_nope'" in msg and "niah_mq_q2" in msg and "vt_h10_c1" in msg

@@ -1,13 +1,16 @@
-"""One example through run_exp's evaluation: spans, the prompt-coordinate shift of evidence, mode refusals."""
+"""One example through run_exp's evaluation: spans, the prompt-coordinate shift of evidence, scorers and refusals."""
 
 import numpy as np
 import pytest
 
 from ctxbench.attribution import AttributionResult
 from ctxbench.datasets.ruler import ruler_example
-from ctxbench.evaluation import (ExampleRefused, ModeSettings, check_modes_supported, example_spans,
-                                 prepare_example, score)
+from ctxbench.errors import ExampleRefused
+from ctxbench.evaluation import VIEW_NAMES, example_spans, prepare_example, view_weights
 from ctxbench.example import CachedExample
+from ctxbench.metrics.coverage import CoverageScorer
+from ctxbench.metrics.faithfulness import FaithfulnessScorer
+from ctxbench.metrics.recovery import RecoveryScorer
 
 NEEDLE = "One of the special magic numbers for quiet-river is: 4817263."
 INPUT = ("Some special magic numbers are hidden within the following text.\nThe grass is green. The sky is blue.\n"
@@ -24,13 +27,13 @@ def ruler_line():
 def test_gold_tokens_are_the_needle_in_both_formats(smol_tokenizer, fmt):
     tok = smol_tokenizer
     ex = ruler_example(ruler_line(), task="t", tokenizer=tok)
-    prepared = prepare_example(ex, tok, fmt, need_gold=True)
+    prepared = prepare_example(ex, tok, fmt)
     mi = prepared.model_input
     ids = mi.input_ids.tolist()
-    gold_text = tok.decode([ids[int(mi.prompt_positions[g])] for g in prepared.gold_tokens])
+    gold_text = tok.decode([ids[int(mi.prompt_positions[g])] for g in prepared.evidence_tokens])
     # By construction the gold tokens are exactly the needle sentence (a token may carry the separator before it).
     assert gold_text.strip() == NEEDLE
-    before = prepared.gold_tokens[0] - 1
+    before = prepared.evidence_tokens[0] - 1
     assert tok.decode([ids[int(mi.prompt_positions[before])]]).strip() in ("blue.", ".", "\n", "")
     assert prepared.sink_span == ex.sink_span and prepared.notes["spans"] == "cached"
 
@@ -42,21 +45,25 @@ def fake_result(P, G, prompt_weights):
     return AttributionResult(matrix=A, method="fake", P=P, G=G)
 
 
+def score(scorer, tok, prepared, result):
+    return scorer.score(None, tok, prepared, result, view_weights(result, prepared.sink_span, VIEW_NAMES))
+
+
 def test_recovery_scores_known_top_k(smol_tokenizer):
     tok = smol_tokenizer
-    prepared = prepare_example(ruler_example(ruler_line(), task="t", tokenizer=tok), tok, "table1", need_gold=True)
-    P, G, gold = prepared.model_input.P, prepared.model_input.G, prepared.gold_tokens
+    prepared = prepare_example(ruler_example(ruler_line(), task="t", tokenizer=tok), tok, "table1")
+    P, G, gold = prepared.model_input.P, prepared.model_input.G, prepared.evidence_tokens
     k = max(1, int(np.ceil(0.1 * P)))
-    modes = ModeSettings(recovery={"fraction": 0.1})
+    modes = RecoveryScorer(fraction=0.1)
     w = np.zeros(P)
     w[gold] = 1.0  # all mass on the evidence: every gold token in the top k when k >= |gold|
-    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    out = score(modes, tok, prepared, fake_result(P, G, w))
     expected = min(k, len(gold)) / len(gold)
     assert out["recovery"] == {"seq": expected, "row": expected, "rec": expected}
     w = np.ones(P)
     w[gold] = 0.0  # no mass on the evidence: ties broken by position, the first k non-gold... none is gold
     w[: gold[0]] = 2.0
-    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    out = score(modes, tok, prepared, fake_result(P, G, w))
     assert gold[0] >= k and out["recovery"]["seq"] == 0.0
 
 
@@ -81,26 +88,37 @@ def test_spans_recomputed_for_another_tokenizer(smol_tokenizer):
 def test_refusals(smol_tokenizer):
     raw = CachedExample(prompt="p", target=None, metadata={"id": "m"})
     with pytest.raises(ExampleRefused, match="sample_and_filter"):
-        prepare_example(raw, smol_tokenizer, "table1", need_gold=False)
+        prepare_example(raw, smol_tokenizer, "table1")
     no_spans = [CachedExample(prompt="p", target="t", metadata={"id": "m"})]
     with pytest.raises(ExampleRefused, match="mode recovery needs evidence spans"):
-        check_modes_supported(no_spans, ModeSettings(recovery={}), "morehopqa")
+        RecoveryScorer().check(no_spans, "morehopqa")
     with pytest.raises(ExampleRefused, match="mode coverage needs gold sentence"):
-        check_modes_supported(no_spans, ModeSettings(coverage={}), "morehopqa")
-    check_modes_supported(no_spans, ModeSettings(faithfulness={}), "morehopqa")
+        CoverageScorer().check(no_spans, "morehopqa")
+    FaithfulnessScorer().check(no_spans, "morehopqa")
+
+
+def test_scorers_describe_their_metrics():
+    """Labels come from the parameters; directions from the metric's meaning."""
+    assert [(m.label, m.higher_is_better) for m in RecoveryScorer(fraction=0.05).metrics()] == [("Recall@5%", True)]
+    assert [(m.label, m.higher_is_better) for m in FaithfulnessScorer().metrics()] == [
+        ("RISE", False), ("MAS", False), ("RISE+AP", False)]
+    with pytest.raises(ValueError, match="fraction"):
+        RecoveryScorer(fraction=1.5)
+    with pytest.raises(ValueError, match="steps"):
+        FaithfulnessScorer(steps=0)
 
 
 def test_coverage_of_the_needle_sentence(smol_tokenizer):
     tok = smol_tokenizer
-    prepared = prepare_example(ruler_example(ruler_line(), task="t", tokenizer=tok), tok, "table1", need_gold=True)
-    P, G, gold = prepared.model_input.P, prepared.model_input.G, prepared.gold_tokens
+    prepared = prepare_example(ruler_example(ruler_line(), task="t", tokenizer=tok), tok, "table1")
+    P, G, gold = prepared.model_input.P, prepared.model_input.G, prepared.evidence_tokens
     assert prepared.example.attr_mask_indices == [3]  # intro | grass | sky | needle | ...
-    modes = ModeSettings(coverage={})
+    modes = CoverageScorer()
     w = np.zeros(P)
     w[gold] = 1.0  # all mass on the one gold sentence: ratio 1 = E, inside (E/2, 3E/2), above E/2, not above E
-    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    out = score(modes, tok, prepared, fake_result(P, G, w))
     assert out["coverage"]["seq"] == {"within": 1.0, "above_half": 1.0, "above_mean": 0.0}
     w = np.ones(P)
     w[gold] = 0.0
-    out = score(None, tok, prepared, fake_result(P, G, w), modes)
+    out = score(modes, tok, prepared, fake_result(P, G, w))
     assert out["coverage"]["rec"] == {"within": 0.0, "above_half": 0.0, "above_mean": 0.0}

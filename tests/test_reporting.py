@@ -5,11 +5,16 @@ import json
 
 import pytest
 
+from ctxbench.metrics.coverage import CoverageScorer
+from ctxbench.metrics.faithfulness import FaithfulnessScorer
+from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import find_jobs, swept_keys, table1, write_table1
 from ctxbench.reporting.plots import deletion_curve_plots, heatmap_html
 from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
 
 VIEWS = ["seq", "row", "rec"]
+SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
+DESCRIPTIONS = {name: sc.describe() for name, sc in SCORERS.items()}
 
 
 def faith(r, m, a):
@@ -30,20 +35,21 @@ RECORDS = [
 
 
 def test_summary_figures():
-    s = summarize(RECORDS, VIEWS)
+    s = summarize(RECORDS, SCORERS, VIEWS)
     ifr = s["ifr"]
     assert ifr["examples"] == 3 and ifr["avg_attribution_s"] == pytest.approx(2.0)
     # RISE 0.1, 0.3, 0.2: mean 0.2, population std sqrt((0.01 + 0.01 + 0) / 3)
     assert ifr["faithfulness"]["seq"]["RISE"]["mean"] == pytest.approx(0.2)
     assert ifr["faithfulness"]["seq"]["RISE"]["std"] == pytest.approx((0.02 / 3) ** 0.5)
-    assert ifr["recovery"]["seq"]["mean"] == pytest.approx(0.5) and ifr["recovery"]["rec"]["mean"] == pytest.approx(0.5)
-    assert (ifr["recovery_used"], ifr["recovery_skipped"]) == (2, 1)
-    assert s["random"]["recovery"]["row"]["std"] == 0.0
+    rec = ifr["recovery"]
+    assert rec["seq"]["recall"]["mean"] == pytest.approx(0.5) and rec["rec"]["recall"]["mean"] == pytest.approx(0.5)
+    assert rec["seq"]["recall"]["n"] == 2  # one example had no evidence token
+    assert s["random"]["recovery"]["row"]["recall"]["std"] == 0.0
 
 
 def test_reference_csv_layout(tmp_path):
-    s = summarize(RECORDS, VIEWS)
-    paths = write_mode_csvs(tmp_path, s, VIEWS)
+    s = summarize(RECORDS, SCORERS, VIEWS)
+    paths = write_mode_csvs(tmp_path, s, SCORERS, VIEWS)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
         "faithfulness/ifr.csv", "faithfulness/random.csv", "recovery/ifr.csv", "recovery/random.csv"]
     rows = list(csv.reader(open(tmp_path / "faithfulness" / "ifr.csv")))
@@ -56,8 +62,12 @@ def test_reference_csv_layout(tmp_path):
     rec = {r[0]: r[1] for r in csv.reader(open(tmp_path / "recovery" / "ifr.csv"))}
     assert rec["Method"] == "Recovery@10%" and float(rec["Seq Attr Recovery Mean"]) == 0.5
     assert rec["Examples Used"] == "2" and rec["Examples Skipped"] == "1"
-    md = markdown_summary(s, VIEWS, "t")
-    assert "| ifr | 0.200 ± 0.082 |" in md and "| random | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 1 | 0 |" in md
+    md = markdown_summary(s, DESCRIPTIONS, VIEWS, "t")
+    assert "## Faithfulness (lower is better)" in md and "## Recovery (higher is better)" in md
+    assert "| Seq Recall@10% | Row Recall@10% | Recursive Recall@10% | scored | s/example |" in md
+    assert "| ifr | 0.200 ± 0.082 |" in md
+    assert "| random | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 1/1 | 0.50 |" in md
+    assert "| ifr | 0.500 ± 0.500 | 0.500 ± 0.000 | 0.500 ± 0.500 | 2/3 | 2.00 |" in md
 
 
 def test_plots_and_heatmap(tmp_path):
@@ -79,7 +89,8 @@ def make_job(root, name, dataset, overrides, summary_methods, **config_over):
     (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
     (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     (d / "summary.json").write_text(json.dumps({"methods": summarize(
-        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"], VIEWS)}))
+        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"], SCORERS, VIEWS),
+        "scorers": DESCRIPTIONS}))
     return d
 
 
@@ -89,8 +100,10 @@ def test_table1_from_a_multirun(tmp_path):
     make_job(root, "1_dataset=vt_h2_c3", "vt_h2_c3", ["dataset=vt_h2_c3"], ["ifr_multi_hop", "random"])
     jobs = find_jobs([root])
     assert swept_keys(jobs) == {"dataset"}
-    datasets, methods, cells = table1(jobs)
+    datasets, methods, metrics, cells = table1(jobs)
     assert datasets == ["niah_mq_q2", "vt_h2_c3"] and methods == ["ifr_multi_hop", "random"]
+    assert [(m["label"], m["higher_is_better"]) for m in metrics] == [
+        ("RISE", False), ("MAS", False), ("RISE+AP", False), ("Recall@10%", True)]
     assert cells[("vt_h2_c3", "random")]["RISE"] == pytest.approx(0.2)
     assert cells[("vt_h2_c3", "random")]["Recall@10%"] == pytest.approx(0.5)
     md_path, csv_path, md = write_table1(jobs, tmp_path / "out")
@@ -120,13 +133,15 @@ def test_coverage_summary_and_csv(tmp_path):
     recs = [{"example_id": "a", "method": "m", "attribution_s": 1.0, "coverage": cov(1.0)},
             {"example_id": "b", "method": "m", "attribution_s": 1.0, "coverage": cov(0.0)},
             {"example_id": "c", "method": "m", "attribution_s": 1.0, "coverage": None}]
-    s = summarize(recs, VIEWS)
-    assert s["m"]["coverage"]["row"]["within"] == {"mean": 0.5, "std": 0.5}
-    write_mode_csvs(tmp_path, s, VIEWS)
+    scorers = {"coverage": CoverageScorer()}
+    s = summarize(recs, scorers, VIEWS)
+    assert s["m"]["coverage"]["row"]["within"] == {"mean": 0.5, "std": 0.5, "n": 2}
+    write_mode_csvs(tmp_path, s, scorers, VIEWS)
     rows = list(csv.reader(open(tmp_path / "coverage" / "m.csv")))
     assert rows[0] == ["Method", "within", "above_half", "above_mean"]
     assert rows[1] == ["Seq Attr Coverage Mean", "0.5", "1.0", "0.25"] and rows[4][0] == "Seq Attr Coverage Std"
-    assert "## Coverage of gold sentences" in markdown_summary(s, VIEWS, "t")
+    assert "## Coverage of gold sentences" in markdown_summary(s, {"coverage": scorers["coverage"].describe()},
+                                                                VIEWS, "t")
 
 
 def test_report_cli_writes_table1(tmp_path):

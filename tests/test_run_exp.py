@@ -18,26 +18,26 @@ register_configs()
 def run_cfg(tmp_path, *overrides):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="run", overrides=[
-            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={CACHE_DIR}",
-            f"paths.exp_data_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.length=512",
-            "dataset.num_samples=4", "max_examples=4", "progress=false", *overrides])
+            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "length=512",
+            "max_examples=4", "progress=false", *overrides])
 
 
 @pytest.mark.slow
 def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     out = tmp_path / "job"
-    cfg = run_cfg(tmp_path, "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]", "views=[seq,row]",
-                  "heatmaps=1", "attribution.ifr_multi_hop.save_traces=true")
+    cfg = run_cfg(tmp_path, "dataset.num_samples=4", "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]",
+                  "views=[seq,row]", "heatmaps=1", "save_traces=true")
     summary = run_stage(cfg, out)
     figures = {m: (s["faithfulness"]["seq"]["RISE"]["mean"], s["faithfulness"]["seq"]["MAS"]["mean"],
-                   s["recovery"]["seq"]["mean"]) for m, s in summary.items()}
+                   s["recovery"]["seq"]["recall"]["mean"]) for m, s in summary.items()}
     print("\nRISE / MAS / Recall@10% (seq view, 4 examples of niah_mq_q2 at 512 tokens):")
     for m, f in figures.items():
         print(f"  {m:20s} {f[0]:.3f} {f[1]:.3f} {f[2]:.3f}")
     for m in ("ifr_multi_hop", "ifr_multi_hop_both"):
         assert figures[m][0] < figures["random"][0], "IFR should delete the evidence first (lower RISE)"
         assert figures[m][2] > figures["random"][2], "IFR should recover the needles better than chance"
-        assert summary[m]["recovery_used"] == 4 and summary[m]["recovery_skipped"] == 0
+        assert summary[m]["recovery"]["seq"]["recall"]["n"] == 4 and summary[m]["examples"] == 4
     # Files: per-example lines, reference CSVs, Markdown, plots, heat map, traces.
     lines = (out / RESULTS).read_text().splitlines()
     assert len(lines) == 12
@@ -50,7 +50,7 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert (out / "deletion_curve_seq.png").exists() and (out / "deletion_curve_row.png").exists()
     assert len(list((out / "heatmaps" / "ifr_multi_hop").glob("*.html"))) == 1
     assert len((out / "traces" / "ifr_multi_hop" / "manifest.jsonl").read_text().splitlines()) == 4
-    assert "## Recovery@10%" in capsys.readouterr().out
+    assert "| method | Seq Recall@10% |" in capsys.readouterr().out
     # The job feeds the Table-1 report.
     from ctxbench.reporting.aggregate import find_jobs, write_table1
 
@@ -62,8 +62,8 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert (out / RESULTS).read_bytes() == before and again == summary
     # Another configuration for a method already there is refused, and nothing is lost.
     with pytest.raises(DataError, match="another configuration"):
-        run_stage(run_cfg(tmp_path, "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]", "views=[seq,row]",
-                          "attribution.ifr_multi_hop.hops=2"), out)
+        run_stage(run_cfg(tmp_path, "dataset.num_samples=4", "attribution=[ifr_multi_hop,ifr_multi_hop_both,random]",
+                          "views=[seq,row]", "attribution.ifr_multi_hop.hops=2"), out)
     assert (out / RESULTS).read_bytes() == before
 
 
@@ -75,7 +75,7 @@ def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
         prompt="Paris is in France.\nWhere is Paris?", target="It is in France.\nFrance", indices_to_explain=None,
         attr_mask_indices=None, sink_span=None, thinking_span=None, metadata={"id": "q1"})) + "\n")
     cfg = run_cfg(tmp_path, "dataset=morehopqa", "dataset.name=mh", "mode=[faithfulness,recovery]")
-    from ctxbench.evaluation import ExampleRefused
+    from ctxbench.errors import ExampleRefused
 
     with pytest.raises(ExampleRefused, match="mode recovery needs evidence spans"):
         run_stage(cfg, tmp_path / "job")
@@ -83,3 +83,30 @@ def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
     summary = run_stage(run_cfg(tmp_path, "dataset=morehopqa", "dataset.name=mh", "mode=faithfulness",
                                 "attribution=[ifr_multi_hop]", "views=[seq]"), tmp_path / "job2")
     assert summary["ifr_multi_hop"]["examples"] == 1
+
+
+@pytest.mark.slow
+def test_a_mode_from_outside_the_library(tmp_path):
+    """A new mode is one module (tests/plugin_scorer.py) and one YAML (here in a search-path folder): the stage,
+    the summaries and the report pick it up by its _target_ alone."""
+    conf = tmp_path / "conf" / "mode"
+    conf.mkdir(parents=True)
+    (conf / "evidence_mass.yaml").write_text("evidence_mass:\n  _target_: plugin_scorer.EvidenceMassScorer\n"
+                                             "  scale: 100\n")
+    cfg = run_cfg(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "mode=[evidence_mass]",
+                  "dataset.num_samples=4", "attribution=[ifr_multi_hop,random]", "views=[seq]", "max_examples=2",
+                  "heatmaps=0")
+    out = tmp_path / "job"
+    summary = run_stage(cfg, out)
+    ifr, rnd = (summary[m]["evidence_mass"]["seq"]["mass"]["mean"] for m in ("ifr_multi_hop", "random"))
+    assert ifr > rnd > 0  # IFR puts more of its mass on the needles than uniform noise does
+    # the per-example values are recomputable from the stored records
+    recs = [json.loads(line) for line in (out / RESULTS).read_text().splitlines()]
+    assert len(recs) == 4 and all(0 < r["evidence_mass"]["seq"] <= 100 for r in recs)
+    md = (out / "summary.md").read_text()
+    assert "## Evidence mass (higher is better)" in md and "| method | Seq mass x100 | scored | s/example |" in md
+    assert list(csv.reader(open(out / "evidence_mass" / "random.csv")))[0] == ["Method", "mass x100"]
+    from ctxbench.reporting.aggregate import find_jobs, write_table1
+
+    _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
+    assert "ifr_multi_hop mass x100" in table
