@@ -21,7 +21,7 @@ def fam(request):
     return request.param, tiny_model(request.param)
 
 
-# --- brute force, straight from spec §4.1, float64 -------------------------------------------------------------------
+# --- brute force, straight from the formula of docs/attribution.md ("Per-token IFR"), float64 -------------------------------------------------------------------
 
 def _norm64(mod, x, family):
     w = mod.weight.detach().double()
@@ -155,7 +155,7 @@ def test_span_ifr_identities(fam):
     pt = per_token_ifr(cap, rows)
     for r, i in enumerate(rows):  # a one-position span is per-token IFR there
         torch.testing.assert_close(span_ifr(cap, [i]), pt[r], atol=1e-6, rtol=1e-5)
-    # weighted span, straight from §4.2 using the capture's own pieces
+    # weighted span, straight from the formula ("Span IFR") using the capture's own pieces
     w = torch.tensor([0.5, 0.0, 2.0, 1.0, 0.5])
     wn = w / w.sum()
     got = span_ifr(cap, rows, w)

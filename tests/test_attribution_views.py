@@ -1,4 +1,4 @@
-"""Token views (§4.4) against hand-computed matrices; traces round trip."""
+"""Token views (docs/attribution.md) against hand-computed matrices; traces round trip."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
+from ctxbench.files import atomic_write_text
+
 SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|authorization)$", re.IGNORECASE)
 REDACTED = "***REDACTED***"
 PACKAGES = ("ctxbench", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "faiss-cpu",
@@ -91,9 +93,4 @@ def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path,
 
 
 def write_manifest(output_dir: str | Path, manifest: dict[str, Any], name: str = "manifest.json") -> Path:
-    path = Path(output_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(Path(output_dir) / name, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

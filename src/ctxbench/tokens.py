@@ -13,7 +13,7 @@ def eos_ids(tokenizer) -> list[int]:
     return [int(x) for x in (e if isinstance(e, (list, tuple)) else [e])]
 
 
-def pad_id(tokenizer) -> int:
+def eos_id(tokenizer) -> int:
     """The id that stands in for deleted tokens and baselines: the (first) EOS id, as the reference uses."""
     ids = eos_ids(tokenizer)
     if not ids:

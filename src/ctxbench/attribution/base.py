@@ -26,7 +26,7 @@ class AttributionResult:
     ``hop_vectors``: (K+1, P+G) per-hop token vectors of multi-hop methods (hop 0 first; for ``_both`` methods with
     stop tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True
     for prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens).
-    ``observation_mask``: (P+G,) the mask m of §4.3. ``timings``: seconds (``capture``, ``attribution``, ``total``).
+    ``observation_mask``: (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``, ``total``).
     """
 
     matrix: np.ndarray

@@ -1,4 +1,4 @@
-"""Baselines (spec §4.5): last-layer attention, input x gradient, integrated gradients, random.
+"""Baselines (docs/attribution.md, "Baselines"): last-layer attention, input x gradient, integrated gradients, random.
 
 Row t explains generated token t, read at the position that predicts it (gen_start + t - 1); its columns are the
 prompt tokens and the generated tokens before t (the causal past), other columns 0.
@@ -16,7 +16,7 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
-from ctxbench.tokens import pad_id
+from ctxbench.tokens import eos_id
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torc
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(ctx.input_ids.view(1, -1)).float()
-        x0 = emb(torch.full_like(ctx.input_ids.view(1, -1), pad_id(tokenizer))).float()
+        x0 = emb(torch.full_like(ctx.input_ids.view(1, -1), eos_id(tokenizer))).float()
     alphas = torch.linspace(0, 1, steps, device=x.device)
     wts = torch.full((steps,), 1.0 / max(1, steps - 1), device=x.device)
     wts[0] /= 2

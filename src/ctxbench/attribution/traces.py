@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
 from ctxbench.attribution.base import AttributionResult
-
-
-def _safe(name) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)) or "example"
+from ctxbench.files import safe_filename
 
 
 def save_trace(dir, example_id, result: AttributionResult, *, include_matrix: bool = False) -> dict:
     """Write the trace and append its manifest line to ``dir/manifest.jsonl``; returns that line (a dict)."""
     d = Path(dir)
     d.mkdir(parents=True, exist_ok=True)
-    fname = f"ex_{_safe(example_id)}.npz"
+    fname = f"ex_{safe_filename(example_id)}.npz"
     arrays = {"P": np.int64(result.P), "G": np.int64(result.G)}
     for key in ("hop_vectors", "observation_mask", "prompt_stop_mask", "gen_stop_mask", "rows_written"):
         val = getattr(result, key)

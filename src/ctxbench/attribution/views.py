@@ -1,4 +1,4 @@
-"""Token views of an attribution matrix (CAGE, spec §4.4).
+"""Token views of an attribution matrix (CAGE; docs/attribution.md, "Token views").
 
 Each view returns a vector over the P+G columns; the prompt weights are ``v[:P]``. ``Abar`` is the matrix with NaN
 set to 0, negatives clamped to 0 and every non-empty row normalised to sum 1. Spans are closed intervals in

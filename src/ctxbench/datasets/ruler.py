@@ -1,4 +1,4 @@
-"""RULER-format JSONL (generated or upstream) -> CachedExample rows with the gold target (spec §2).
+"""RULER-format JSONL (generated or upstream) -> CachedExample rows with the gold target (docs/data.md, "RULER JSONL").
 
 Generated files record, per line, the tokenizer their lengths were fitted with (``tokenizer``: ``name_or_path`` and
 ``vocab_sha256``). Loading such a file with another tokenizer logs one warning naming the file, the recorded tokenizer

@@ -20,7 +20,7 @@ import torch
 
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
-from ctxbench.tokens import pad_id
+from ctxbench.tokens import eos_id
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class FaithfulnessScorer(Scorer):
     def score(self, model, tokenizer, prepared, result, weights):
         rank_mask = None if result.prompt_stop_mask is None else ~np.asarray(result.prompt_stop_mask, dtype=bool)
         stats: dict = {}
-        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=pad_id(tokenizer),
+        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=eos_id(tokenizer),
                                         rank_mask=rank_mask, batch_size=self.batch_size, max_steps=self.steps,
                                         stats=stats)
         return {self.name: scores, "faithfulness_stats": stats}

@@ -1,4 +1,4 @@
-"""The model input of the attribution stage: formatted prompt + the generation to explain (spec §4).
+"""The model input of the attribution stage: formatted prompt + the generation to explain (docs/data.md, prompt formats).
 
 ``table1``: the reference Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's chat
 template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template.
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ctxbench.spans import tokens_overlapping
+from ctxbench.tokens import eos_id
 
 PROMPT_FORMATS = ("table1", "bare")
 TABLE1_PREFIX = "Context: "
@@ -68,7 +69,7 @@ def build_model_input(tokenizer, prompt: str, target: str, prompt_format: str = 
     if not positions:
         raise ValueError("the prompt produced no tokens")
     prompt_offsets = [[max(offsets[i][0], start) - start, min(offsets[i][1], end) - start] for i in positions]
-    gen = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    gen = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos_id(tokenizer)]
     return ModelInput(input_ids=torch.tensor(ids + gen, dtype=torch.long),
                       prompt_positions=torch.tensor(positions, dtype=torch.long),
                       prompt_offsets=prompt_offsets, gen_start=len(ids), text=text)

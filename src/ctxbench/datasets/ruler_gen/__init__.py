@@ -21,13 +21,12 @@ answer does not occur in the input, which can happen for qa). ``tokenizer`` = th
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ctxbench.errors import UnknownDatasetError
+from ctxbench.files import atomic_write_text
 
 from . import niah, qa, vt
 from .common import answer_token_position, make_record
@@ -152,14 +151,5 @@ def write_task(root: Union[str, Path], task: str, *, max_seq_length: int, tokeni
     records = generate_task(task, tokenizer=tokenizer, max_seq_length=max_seq_length, num_samples=num_samples,
                             seed=seed, morehopqa_path=morehopqa_path, chat_template=chat_template, counter=counter,
                             reserve_gold=reserve_gold)
-    path = task_path(root, task, max_seq_length)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(dumps_line(r) for r in records)
-        os.replace(tmp, path)  # readers never see a half-written file
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    # readers never see a half-written file
+    return atomic_write_text(task_path(root, task, max_seq_length), "".join(dumps_line(r) for r in records))
