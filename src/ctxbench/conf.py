@@ -43,6 +43,9 @@ class SampleConfig:
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # The context length of the experiment: RULER tasks are generated at (and read from) this length
+    # (their YAML says length: ${length}); the paper's 1,024 unless a config or the command line says otherwise.
+    length: int = 1024
     max_examples: Optional[int] = None
     dry_run: bool = False
 
@@ -66,6 +69,7 @@ class PrepareConfig:
     paths: Paths = field(default_factory=Paths)
     dataset: Any = MISSING  # a RULER task: its length, num_samples and seed say what to generate
     model: ModelConfig = field(default_factory=ModelConfig)  # whose tokenizer measures lengths
+    length: int = 1024  # as in SampleConfig
     overwrite: bool = False
 
 

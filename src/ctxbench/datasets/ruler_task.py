@@ -32,8 +32,8 @@ def ruler_lengths(data_dir: str | Path, task: str) -> list[int]:
 class RulerTask(Dataset):
     """A RULER task generated offline with evidence spans, at ``<data_dir>/ruler_multihop/<length>/<name>/``.
 
-    ``length``: the maximum sequence length the samples are fitted to (the paper's 1,024; the quick default job sets
-    512); ``num_samples`` and ``seed``: what generation makes; ``generate_missing``: generate a missing file before
+    ``length``: the maximum sequence length the samples are fitted to (the paper's 1,024; the dataset YAMLs take the
+    run's top-level ``length``, which the quick default job sets to 512); ``num_samples`` and ``seed``: what generation makes; ``generate_missing``: generate a missing file before
     loading it instead of refusing; ``morehopqa_path``: the MoreHopQA-format source of ``hotpotqa_long``'s documents
     (None = the packaged 150-row sample).
     """
@@ -70,7 +70,7 @@ class RulerTask(Dataset):
         raise UnknownDatasetError(
             f"dataset '{self.name}' at length {self.length}: {path} does not exist (lengths present: "
             f"{ruler_lengths(paths.data_dir, self.name) or 'none'}); generate it with "
-            f"`python exp/exp2/prepare_data.py dataset={self.name} dataset.length={self.length}`")
+            f"`python exp/exp2/prepare_data.py dataset={self.name} length={self.length}`")
 
     def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
         return load_ruler_jsonl(path, task=self.name, tokenizer=tokenizer)
