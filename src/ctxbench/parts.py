@@ -69,20 +69,26 @@ def register_part_schemas(conf_dir: str | Path) -> None:
         cs.store(group=f"{SCHEMA_GROUP}/{group}", name=option, node=node)
 
 
-def build(node: Any, where: str) -> Any:
-    """Instantiate one part (containers arrive as plain lists and dicts); errors name ``where`` (the config key)."""
+def build(node: Any, where: str, kind: type = object) -> Any:
+    """Instantiate one part (containers arrive as plain lists and dicts), which must be a ``kind``; errors name
+    ``where`` (the config key)."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     if not isinstance(node, (DictConfig, dict)) or "_target_" not in node:
         raise ConfigError(f"{where}: expected a config node with a _target_ class, got {node!r}")
     try:
-        return instantiate(node, _convert_="all")
+        part = instantiate(node, _convert_="all")
     except InstantiationException as exc:
-        cause = exc.__cause__ or exc
-        raise ConfigError(f"{where}: {cause}") from exc
+        raise ConfigError(f"{where}: {exc.__cause__ or exc}") from exc
+    if not isinstance(part, kind):
+        raise ConfigError(f"{where}: {type(part).__name__} is not a {kind.__module__}.{kind.__qualname__}")
+    return part
 
 
-def build_all(nodes: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Instantiate every part of a dict-valued group (``attribution``, ``mode``), keyed as in the config."""
-    return {key: build(node, f"{where}.{key}") for key, node in nodes.items()}
+def build_all(nodes: Mapping[str, Any], where: str, kind: type = object) -> dict[str, Any]:
+    """Instantiate every part of a dict-valued group (``attribution``, ``mode``), keyed as in the config; each must be
+    a ``kind`` and at least one must be selected."""
+    if not nodes:
+        raise ConfigError(f"{where}: nothing selected (choose one or more options: {where}=[a,b])")
+    return {key: build(node, f"{where}.{key}", kind) for key, node in nodes.items()}

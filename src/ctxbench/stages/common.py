@@ -8,7 +8,6 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ctxbench.datasets.base import Dataset, LoadedSource, Paths
-from ctxbench.errors import ConfigError
 from ctxbench.manifest import build_manifest, write_manifest
 from ctxbench.parts import build
 
@@ -18,10 +17,7 @@ def stage_paths(cfg: DictConfig) -> Paths:
 
 
 def build_dataset(cfg: DictConfig) -> Dataset:
-    dataset = build(cfg.dataset, "dataset")
-    if not isinstance(dataset, Dataset):
-        raise ConfigError(f"dataset: {type(dataset).__name__} is not a ctxbench.datasets.Dataset")
-    return dataset
+    return build(cfg.dataset, "dataset", Dataset)
 
 
 def write_run_manifest(output_dir: str | Path, config: dict[str, Any], *, stage: str, root: str | Path,

@@ -34,23 +34,9 @@ log = logging.getLogger(__name__)
 RESULTS = "results.jsonl"
 
 
-def build_methods(cfg: DictConfig) -> dict[str, Attributor]:
-    methods = build_all(cfg.attribution, "attribution")
-    if not methods:
-        raise ConfigError("attribution: no method selected (attribution=ifr_multi_hop, ...)")
-    for key, m in methods.items():
-        if not isinstance(m, Attributor):
-            raise ConfigError(f"attribution.{key}: {type(m).__name__} is not a ctxbench.attribution.Attributor")
-    return methods
-
-
 def build_scorers(cfg: DictConfig) -> dict[str, Scorer]:
-    scorers = build_all(cfg.mode, "mode")
-    if not scorers:
-        raise ConfigError("mode: no mode selected (mode=faithfulness, recovery or coverage)")
+    scorers = build_all(cfg.mode, "mode", Scorer)
     for key, sc in scorers.items():
-        if not isinstance(sc, Scorer):
-            raise ConfigError(f"mode.{key}: {type(sc).__name__} is not a ctxbench.metrics.scorer.Scorer")
         if sc.name != key:
             raise ConfigError(f"mode.{key}: the scorer writes its results under {sc.name!r}; name the mode {sc.name}")
     return scorers
@@ -89,7 +75,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     views = tuple(cfg.views)
     # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
-    methods = build_methods(cfg)
+    methods = build_all(cfg.attribution, "attribution", Attributor)
     scorers = build_scorers(cfg)
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
     source, examples = dataset.load(paths, tok, cfg.max_examples)
