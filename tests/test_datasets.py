@@ -173,3 +173,15 @@ def test_unknown_task_lists_what_exists():
         RulerTask(name="niah_nope")
     msg = str(err.value)
     assert "unknown RULER task 'niah_nope'" in msg and "niah_mq_q2" in msg and "vt_h10_c1" in msg
+
+
+def test_hotpotqa_long_offline_default(tmp_path, smol_tokenizer):
+    """hotpotqa_long generates from the packaged MoreHopQA sample with nothing configured."""
+    paths = Paths(data_dir=str(tmp_path / "data"), samples_dir=str(tmp_path / "samples"))
+    src, examples = RulerTask(name="hotpotqa_long", length=1024, num_samples=2).load(paths, smol_tokenizer)
+    assert src.path == tmp_path / "data" / "ruler_multihop" / "1024" / "hotpotqa_long" / "validation.jsonl"
+    assert len(examples) == 2 and all(e.metadata["needle_spans"] for e in examples)
+    titles = {p[0] for row in json.loads(morehopqa_sample().read_text()) for p in row["context"]}
+    for e in examples:  # every document of the prompt is a paragraph of the packaged rows
+        docs = [d.split("\n")[1] for d in e.prompt.split("Document ")[1:]]
+        assert docs and set(docs) <= titles
