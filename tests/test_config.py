@@ -165,7 +165,7 @@ def test_cli_cfg_job_and_help():
     out = _cli("run_exp.py", "--help")
     assert out.returncode == 0
     for line in ("dataset: hotpotqa_long, jsonl, morehopqa", "mode: coverage, faithfulness, recovery",
-                 "model: llama-3.1-8b, openai, qwen3-8b, smollm2-135m", "retriever: fixk, random, zero"):
+                 "model: llama-3.1-8b, openai, qwen3-8b, smollm2-135m", "retriever: bm25, dense, dpp, fixk, mdl, random, sliding_window, topk, votek, zero"):
         assert line in out.stdout
     out = _cli("run_exp.py", "dataset.lenght=3")
     assert out.returncode != 0 and "lenght" in out.stderr

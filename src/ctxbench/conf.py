@@ -16,18 +16,7 @@ from omegaconf import MISSING
 
 from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
-
-
-@dataclass
-class RetrieverConfig:
-    """In-context example retriever settings (the retrievers themselves are not implemented yet)."""
-
-    name: str = "zero"  # zero | fixk | random
-    ice_num: int = 0
-    fix_id_list: List[int] = field(default_factory=list)
-    seed: int = 43
-    exclude_self: bool = False
-    pool_path: Optional[str] = None  # the pool of in-context examples (train split); None = the dataset itself
+from ctxbench.prompts.icl import ICLTemplate, box_template
 
 
 @dataclass
@@ -40,7 +29,7 @@ class JudgeConfig:
 class SampleConfig:
     paths: Paths = field(default_factory=Paths)
     dataset: Any = MISSING
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
     model: ModelConfig = field(default_factory=ModelConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     # The context length of the experiment: RULER tasks are generated at (and read from) this length
@@ -79,6 +68,21 @@ class ReportConfig:
     view: str = "seq"  # which token view's figures fill the table (the paper's Table 1: seq)
 
 
+@dataclass
+class PreviewConfig:
+    """``exp/exp2/preview_prompts.py``: the prompts the sampling stage would send for the first ``n`` rows."""
+
+    paths: Paths = field(default_factory=Paths)
+    dataset: Any = MISSING
+    retriever: Any = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)  # whose tokenizer (chat template) formats the prompts
+    template: ICLTemplate = field(default_factory=box_template)  # docs/retrievers.md#templates
+    pool: Optional[str] = None  # a JSONL pool of worked examples; None = the shipped box pool
+    n: int = 3
+    output: Optional[str] = None  # also write one JSON line per row here
+    length: int = 1024  # as in SampleConfig (RULER datasets read it)
+
+
 # The project's config folder (the package is installed from the project, editable).
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -93,6 +97,7 @@ def register_configs(conf_dir: str | Path = CONF_DIR) -> None:
     cs.store(name="run_schema", node=RunConfig)
     cs.store(name="prepare_schema", node=PrepareConfig)
     cs.store(name="report_schema", node=ReportConfig)
+    cs.store(name="preview_schema", node=PreviewConfig)
     register_part_schemas(conf_dir)
 
 

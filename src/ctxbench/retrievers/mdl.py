@@ -1,0 +1,170 @@
+"""MDLRetriever: among a few candidate sets of in-context examples, keep the one under which the causal LM is most
+certain of the label (minimum description length; Wu et al. 2022, "Self-adaptive In-context Learning",
+arXiv 2212.10375; OpenCompass's MDLRetriever keeps the behaviour, our own code).
+
+For each query: the top ``candidate_num`` pool rows by embedding similarity (the dense retriever); ``select_time``
+candidate sets of ``k`` rows: the first is the top ``k``, the others are drawn from the candidates without replacement
+by the row's own generator seeded by ``(seed, row id)``. Each set is rendered with ``template`` into what the model is
+sent (``ICLTemplate.for_model``: the chat template's text for chat models), each label is appended, and the model's
+mean cross-entropy of the label tokens given that prefix is turned into a distribution over the labels
+(``p ∝ exp(-CE)``). The set with the lowest entropy of that distribution wins (ties: the earlier set). Its rows are
+returned in their set order (scores ``k - rank``); ``last_entropy`` maps each query id to the winning set's entropy.
+
+``labels``: the label strings; None = the distinct non-empty values of ``label_field`` in the pool (the reference uses
+the test set's output column), at least two. The model: handed over by the stage with ``use_lm`` (the model it already
+loaded), otherwise loaded on first use from ``lm`` (a ``ModelConfig``; its dequantised cache under the embedder's
+``cache_dir``). Cost: queries x select_time x labels sequences through the LM, ``batch_size`` at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+
+from ctxbench.models.spec import ModelConfig
+from ctxbench.prompts.icl import ICLTemplate, box_template
+from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores, row_id, row_rng
+from ctxbench.retrievers.dense import DenseRetriever
+
+
+def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_tokens: bool,
+              batch_size: int = 8) -> np.ndarray:
+    """Mean negative log-likelihood per token of each label right after ``prefix`` (label tokens only)."""
+    import torch
+
+    pre = tokenizer(prefix, add_special_tokens=add_special_tokens)["input_ids"]
+    lab = [tokenizer(lb, add_special_tokens=False)["input_ids"] for lb in labels]
+    if not pre:
+        raise ValueError("mdl: the rendered prompt produced no tokens")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    out = np.zeros(len(labels), dtype=np.float64)
+    with torch.inference_mode():
+        for s in range(0, len(labels), batch_size):
+            chunk = lab[s:s + batch_size]
+            width = len(pre) + max(len(x) for x in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, x in enumerate(chunk):
+                seq = pre + x
+                ids[r, :len(seq)] = torch.tensor(seq)
+                mask[r, :len(seq)] = 1
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            for r, x in enumerate(chunk):
+                if not x:
+                    out[s + r] = 0.0
+                    continue
+                pos = torch.arange(len(pre) - 1, len(pre) - 1 + len(x), device=logp.device)
+                tok = torch.tensor(x, device=logp.device)
+                out[s + r] = float(-logp[r, pos, tok].mean())
+    return out
+
+
+def label_entropy(nll: np.ndarray) -> float:
+    """Entropy of the label distribution ``p ∝ exp(-nll)``."""
+    z = -nll - np.max(-nll)
+    p = np.exp(z) / np.exp(z).sum()
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+@dataclass(kw_only=True)
+class MDLRetriever(DenseRetriever):
+    """``ice_num`` rows per query chosen by minimum label entropy (module doc)."""
+
+    name: ClassVar[str] = "mdl"
+    needs_lm: ClassVar[bool] = True
+
+    candidate_num: int = 8
+    select_time: int = 5
+    seed: int = 1
+    labels: Optional[list[str]] = None
+    label_field: str = "answer"
+    template: Optional[ICLTemplate] = None
+    lm: Optional[ModelConfig] = None
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.candidate_num, int) or self.candidate_num < max(1, self.ice_num):
+            raise ValueError(f"candidate_num={self.candidate_num!r}: must be an integer >= ice_num ({self.ice_num})")
+        if not isinstance(self.select_time, int) or self.select_time < 1:
+            raise ValueError(f"select_time={self.select_time!r}: must be an integer >= 1")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size!r}: must be an integer >= 1")
+        if self.labels is not None:
+            self.labels = [str(x) for x in self.labels]
+            if len(set(self.labels)) < 2:
+                raise ValueError(f"labels={self.labels!r}: need at least two distinct labels")
+        if isinstance(self.template, dict):
+            self.template = ICLTemplate(**self.template)
+        if self.template is None:
+            self.template = box_template()
+        if isinstance(self.lm, dict):
+            self.lm = ModelConfig(**self.lm)
+        self.last_entropy: dict[str, float] = {}
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def use_lm(self, model, tokenizer, template: Optional[ICLTemplate] = None) -> None:
+        self._model, self._tokenizer = model, tokenizer
+        if template is not None:
+            self.template = template
+
+    def _lm(self):
+        if self._model is None:
+            if self.lm is None:
+                raise ValueError("mdl needs a causal LM: the stage hands over its model (use_lm) or set retriever.lm")
+            from ctxbench.models import load_causal_lm
+
+            loaded = load_causal_lm(self.lm, cache_dir=self.embedder.cache_dir)
+            self._model, self._tokenizer = loaded.model, loaded.tokenizer
+        return self._model, self._tokenizer
+
+    def _fit(self, rows: list[Row]) -> None:
+        super()._fit(rows)
+        if self.labels is None:
+            found = sorted({str(r[self.label_field]).strip() for r in rows
+                            if r.get(self.label_field) is not None and str(r[self.label_field]).strip()})
+            if len(found) < 2:
+                raise ValueError(f"label_field={self.label_field!r}: the pool has {len(found)} distinct label(s); "
+                                 f"mdl needs at least two (or set labels)")
+            self._labels = found
+        else:
+            self._labels = list(self.labels)
+
+    def candidate_sets(self, query: Row, cands: list[int], k: int) -> list[list[int]]:
+        """The ``select_time`` candidate sets of one query: the top ``k``, then seeded draws."""
+        rng = row_rng(self.seed, row_id(query))
+        sets = [cands[:k]]
+        for _ in range(self.select_time - 1):
+            sets.append([cands[int(i)] for i in rng.choice(len(cands), size=k, replace=False)])
+        return sets
+
+    def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
+        own = exclusions(self, queries, self.exclude_self)
+        width = min(max(self.candidate_num, k) + int(any(o is not None for o in own)), len(self.pool))
+        _, idx = self.search(self.embed_queries(queries), width)
+        model, tok = (None, None) if k == 0 else self._lm()
+        chat = tok is not None and bool(getattr(tok, "chat_template", None))
+        out = []
+        for r, q in enumerate(queries):
+            if own[r] is not None and k > len(self.pool) - 1:
+                raise ValueError(f"k={k}: only {len(self.pool) - 1} pool rows besides query {q['id']!r}")
+            cands = [int(i) for i in idx[r] if i >= 0 and i != own[r]][:max(self.candidate_num, k)]
+            if k == 0:
+                out.append(Retrieved([], []))
+                continue
+            best, best_h = None, np.inf
+            for s in self.candidate_sets(q, cands, k):
+                prefix = self.template.for_model(q, [self.pool[i] for i in s], tok).text
+                h = label_entropy(label_nll(model, tok, prefix, self._labels, add_special_tokens=not chat,
+                                            batch_size=self.batch_size))
+                if h < best_h:
+                    best, best_h = s, h
+            self.last_entropy[row_id(q)] = best_h
+            out.append(Retrieved(list(best), rank_scores(len(best))))
+        return out

@@ -1,0 +1,104 @@
+"""preview_prompts: what the sampling stage would send the model for the first ``n`` rows of a dataset.
+
+For each row: the retrieved pool ids (with indices and scores), the chat messages and the text the tokenizer's chat
+template makes of them (the plain prompt for models without one; the messages alone for an OpenAI-compatible endpoint).
+Printed, and written as JSON lines to ``output`` when set. Only the tokenizer is loaded, unless the retriever scores
+with the causal LM (mdl).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from ctxbench.errors import ConfigError
+from ctxbench.files import atomic_write_text
+from ctxbench.parts import build
+from ctxbench.prompts.icl import ICLTemplate, ModelPrompt
+from ctxbench.retrievers.base import Retriever
+from ctxbench.retrievers.pool import example_rows, load_pool
+from ctxbench.stages.common import build_dataset, stage_paths
+
+log = logging.getLogger(__name__)
+
+
+def preview_records(retriever: Retriever, template: ICLTemplate, pool: list[dict], rows: list[dict], tokenizer=None,
+                    chat_endpoint: bool = False) -> list[dict[str, Any]]:
+    """Fit ``retriever`` on ``pool``, retrieve for ``rows`` and render each prompt (library entry of the command)."""
+    retriever.fit(pool)
+    hits = retriever.retrieve(rows)
+    out = []
+    for row, h in zip(rows, hits):
+        rendered = template.render(row, [pool[i] for i in h.indices])
+        if chat_endpoint:
+            msgs, open_turn = rendered.messages()
+            mp = ModelPrompt(text=rendered.text, messages=msgs, add_generation_prompt=not open_turn,
+                             continue_final_message=open_turn)
+        else:
+            mp = rendered.for_model(tokenizer)
+        out.append({"id": row["id"],
+                    "retrieved": [{"index": i, "id": pid, "score": s}
+                                  for i, pid, s in zip(h.indices, retriever.ids_of(h), h.scores)],
+                    "n_examples": rendered.n_examples, "messages": mp.messages, "text": mp.text})
+    return out
+
+
+def format_record(rec: dict[str, Any]) -> str:
+    lines = [f"=== {rec['id']}: {rec['n_examples']} example(s): "
+             + (", ".join(f"{r['id']} ({r['score']:.4g})" for r in rec["retrieved"]) or "none")]
+    if rec["messages"] is not None:
+        for m in rec["messages"]:
+            lines.append(f"--- {m['role']}")
+            lines.append(m["content"])
+        lines.append("--- text sent (chat template applied)")
+    else:
+        lines.append("--- text sent")
+    lines.append(rec["text"])
+    return "\n".join(lines)
+
+
+def _template(cfg: DictConfig) -> ICLTemplate:
+    try:
+        t = OmegaConf.to_object(cfg.template)
+    except Exception as exc:  # the template's own checks (ValueError) arrive wrapped by OmegaConf
+        raise ConfigError(f"template: {getattr(exc, '__cause__', None) or exc}") from exc
+    return t if isinstance(t, ICLTemplate) else ICLTemplate(**t)
+
+
+def preview_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    from ctxbench.models.causal_lm import load_causal_lm, load_tokenizer
+
+    paths = stage_paths(cfg)
+    if cfg.n < 1:
+        raise ConfigError(f"n={cfg.n}: must be >= 1")
+    dataset = build_dataset(cfg)
+    retriever = build(cfg.retriever, "retriever", Retriever)
+    template = _template(cfg)
+    model_cfg = OmegaConf.to_object(cfg.model)
+    local = model_cfg.backend == "hf"
+    tokenizer = None
+    if local and retriever.needs_lm:
+        loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir)
+        tokenizer = loaded.tokenizer
+        retriever.use_lm(loaded.model, loaded.tokenizer, template)
+    elif local:
+        tokenizer = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
+    pool = load_pool(cfg.pool)
+    _, examples = dataset.load(paths, tokenizer, cfg.n, use_cache=False)
+    try:
+        records = preview_records(retriever, template, pool, example_rows(examples), tokenizer,
+                                  chat_endpoint=not local)
+    except ValueError as exc:
+        raise ConfigError(f"retriever: {exc}") from exc
+    for rec in records:
+        print(format_record(rec), end="\n\n")
+    written: Optional[str] = None
+    if cfg.output:
+        written = str(atomic_write_text(cfg.output, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                            for r in records)))
+        log.info("wrote %d rows to %s", len(records), written)
+    return {"rows": len(records), "output": written}
