@@ -20,18 +20,13 @@ from ctxbench.prompts.icl import ICLTemplate, box_template
 
 
 @dataclass
-class JudgeConfig:
-    kind: str = "rule"  # rule | model | openai
-    model: Optional[ModelConfig] = None
-
-
-@dataclass
 class SampleConfig:
     paths: Paths = field(default_factory=Paths)
     dataset: Any = MISSING
     retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
     model: ModelConfig = field(default_factory=ModelConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml, _target_)
+    generator: Any = MISSING  # a Generator part (conf/generator/<name>.yaml, _target_)
     # The context length of the experiment: RULER tasks are generated at (and read from) this length
     # (their YAML says length: ${length}); the paper's 1,024 unless a config or the command line says otherwise.
     length: int = 1024

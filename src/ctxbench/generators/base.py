@@ -1,0 +1,80 @@
+"""The Generator interface (the ``generator`` config group): chat requests in, responses out, one per request.
+
+A generator is a class reached by ``_target_`` from ``conf/generator/<name>.yaml``; its constructor's typed keywords are
+its parameters. ``generate(requests)`` answers every request in order; a request that fails yields a ``Generation``
+with ``error`` set (one line) instead of raising, so one bad request never loses the others. Generators that run the
+local model get it through ``bind(loaded_lm)`` before the first ``generate`` (the stage loads the ``model`` group once
+and binds it); the others ignore ``bind``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+
+def one_line(text: Any, limit: int = 300) -> str:
+    """An error message on one line (newlines folded, long text cut)."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """``key``: a stable id (the example id); ``messages``: the chat ``[{role, content}, ...]`` (system prompt,
+    in-context user/assistant turns, the user prompt); ``text``: the same prompt already rendered with the chat template,
+    when the caller has it (the ``hf`` generator then uses it as is; ``replay`` may match on it)."""
+
+    key: str
+    messages: list = field(default_factory=list)
+    text: Optional[str] = None
+
+    def user_prompt(self) -> Optional[str]:
+        """The content of the last user message."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                return m.get("content")
+        return None
+
+
+@dataclass
+class Generation:
+    """The response to one request. ``finish_reason``: ``stop`` (EOS / the model stopped), ``length``
+    (``max_new_tokens`` reached), ``replay``, or what the endpoint said; ``error``: None, or a one-line reason (then
+    ``text`` is empty). Token counts are None when unknown."""
+
+    key: str
+    text: str = ""
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "text": self.text, "finish_reason": self.finish_reason, "error": self.error,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
+class Generator(ABC):
+    """Subclasses are dataclasses (their fields are the parameters) with a ``name``."""
+
+    name: ClassVar[str] = ""
+
+    def bind(self, loaded_lm: Any) -> None:
+        """Receive the model of the ``model`` group (a ``ctxbench.models.LoadedLM``, or None for an endpoint model).
+        Generators that do not run it locally ignore it."""
+
+    @abstractmethod
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """One Generation per request, in the same order, keys matching."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings worth recording with the results (no secrets)."""
+        from dataclasses import asdict, is_dataclass
+
+        return {"generator": self.name, **(asdict(self) if is_dataclass(self) else {})}

@@ -1,0 +1,398 @@
+"""Generators: the OpenAI-compatible client against a real local HTTP server speaking chat completions (429, 5xx,
+timeouts, bad JSON, the response cache, the concurrency limit), replay on a hand-written file, the hf generator's batching
+(left padding, EOS stop, failures isolated) and, slow, on SmolLM2."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from ctxbench.conf import register_configs
+from ctxbench.errors import ConfigError, DataError
+from ctxbench.generators import Generation, GenerationRequest, Generator
+from ctxbench.generators.hf import HFGenerator, render_chat
+from ctxbench.generators.openai import OpenAIGenerator
+from ctxbench.generators.replay import ReplayGenerator
+from ctxbench.models.openai_client import ChatClient, ChatError
+from ctxbench.parts import build
+
+from conftest import ROOT
+
+KEY_ENV = "CTXBENCH_TEST_API_KEY"
+KEY = "sk-test-secret"
+
+
+class ChatServer:
+    """A chat-completions server on 127.0.0.1. What it does is chosen by the last user message:
+    ``echo:<text>`` replies <text>; ``<code>x<n>:<text>`` answers HTTP <code> to the first n requests with that content,
+    then <text>; ``always<code>`` always answers <code>; ``badjson`` / ``badjson1`` a body that is not JSON (always /
+    once); ``slow<s>:<text>`` sleeps s seconds first (every time) and ``slowonce<s>:<text>`` only the first time;
+    ``think`` a reply with separate reasoning_content. A judge request (the judge system prompt) gets "True" when the
+    boxed answer contains the reference, else "False". A wrong or missing key gets 401."""
+
+    def __init__(self):
+        self.hits: dict[str, int] = {}
+        self.bodies: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    server.handle(self, body)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    @staticmethod
+    def send(h, code, obj=None, raw=None, headers=None):
+        data = raw if raw is not None else json.dumps(obj).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        try:
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @staticmethod
+    def reply(text, reasoning=None, finish="stop"):
+        msg = {"role": "assistant", "content": text}
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+        return {"id": "x", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
+
+    def handle(self, h, body):
+        if h.path != "/v1/chat/completions":
+            return self.send(h, 404, {"error": {"message": f"no route {h.path}"}})
+        if h.headers.get("Authorization") != f"Bearer {KEY}":
+            return self.send(h, 401, {"error": {"message": "bad key"}})
+        msgs = body["messages"]
+        content = msgs[-1]["content"]
+        with self.lock:
+            self.bodies.append(body)
+            n = self.hits[content] = self.hits.get(content, 0) + 1
+        if msgs[0]["role"] == "system" and msgs[0]["content"].startswith("You verify whether"):
+            ref = content.split("Reference answer: ")[1].split("\n")[0]
+            boxed = content.split("\\box{}): ")[1].split("\n")[0]
+            return self.send(h, 200, self.reply("True" if ref.lower() in boxed.lower() else "False"))
+        if content.startswith("echo:"):
+            return self.send(h, 200, self.reply(content[5:]))
+        if content.startswith("always"):
+            return self.send(h, int(content[6:9]), {"error": {"message": "server says no"}})
+        if content == "badjson" or (content == "badjson1" and n == 1):
+            return self.send(h, 200, raw=b"{not json")
+        if content == "badjson1":
+            return self.send(h, 200, self.reply("fine now"))
+        if content == "think":
+            return self.send(h, 200, self.reply("\\box{4}", reasoning="2 + 2 is 4."))
+        if content.startswith("slow"):
+            once = content.startswith("slowonce")
+            spec, text = content[8 if once else 4:].split(":", 1)
+            if not once or n == 1:
+                time.sleep(float(spec))
+            return self.send(h, 200, self.reply(text))
+        code_n, text = content.split(":", 1)
+        code, times = code_n.split("x")
+        if n <= int(times):
+            return self.send(h, int(code), {"error": {"message": f"try again ({n})"}}, headers={"Retry-After": "0"})
+        return self.send(h, 200, self.reply(text))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    s = ChatServer()
+    yield s
+    s.close()
+
+
+def client(server, **kw):
+    args = dict(api_key_env=KEY_ENV, timeout_s=5.0, max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
+    args.update(kw)
+    return ChatClient(server.base_url, "m", **args)
+
+
+def user(text):
+    return [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]
+
+
+def test_reply_and_request_body(server):
+    res = client(server).complete(user("echo:hello"), max_tokens=5, temperature=0.0, seed=None)
+    assert (res.text, res.finish_reason, res.prompt_tokens, res.completion_tokens) == ("hello", "stop", 7, 3)
+    body = server.bodies[-1]
+    assert body == {"model": "m", "messages": user("echo:hello"), "max_tokens": 5, "temperature": 0.0}
+
+
+def test_retries_on_429_and_5xx_then_succeeds(server):
+    c = client(server)
+    res = c.complete(user("429x2:ok after 429"))
+    assert res.text == "ok after 429" and res.attempts == 3 and server.hits["429x2:ok after 429"] == 3
+    res = c.complete(user("503x1:ok after 503"))
+    assert res.text == "ok after 503" and res.attempts == 2
+    res = c.complete(user("badjson1"))  # an unreadable reply is retried too
+    assert res.text == "fine now" and res.attempts == 2
+
+
+def test_gives_up_with_a_one_line_error(server):
+    c = client(server, max_retries=2)
+    with pytest.raises(ChatError, match=r"gave up after 3 attempts: HTTP 500: server says no") as exc:
+        c.complete(user("always500"))
+    assert exc.value.status == 500 and server.hits["always500"] == 3
+    with pytest.raises(ChatError, match="unreadable reply"):
+        c.complete(user("badjson"))
+    # other 4xx are not retried
+    with pytest.raises(ChatError, match="HTTP 400: try again") as exc:
+        c.complete(user("400x5:never"))
+    assert exc.value.status == 400 and server.hits["400x5:never"] == 1
+
+
+def test_timeouts_are_retried(server):
+    c = client(server, timeout_s=0.3, max_retries=1)
+    t0 = time.perf_counter()
+    res = c.complete(user("slowonce1.0:late but fine"))
+    assert res.text == "late but fine" and res.attempts == 2
+    with pytest.raises(ChatError, match="timed out"):
+        c.complete(user("slow1.0:never in time"))
+    assert time.perf_counter() - t0 < 5
+
+
+def test_key_from_the_environment_only(server, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, "wrong")
+    with pytest.raises(ChatError, match="HTTP 401"):
+        client(server).complete(user("echo:x"))
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ChatError, match=f"{KEY_ENV} is not set"):
+        client(server).complete(user("echo:x"))
+    with pytest.raises(ValueError, match=f"api_key_env: environment variable {KEY_ENV} is not set"):
+        OpenAIGenerator(base_url=server.base_url, model_name="m", api_key_env=KEY_ENV)
+
+
+def test_response_cache(server, tmp_path):
+    c = client(server, cache_dir=tmp_path / "cache")
+    first = c.complete(user("echo:cached"), temperature=0.0)
+    again = c.complete(user("echo:cached"), temperature=0.0)
+    assert (first.cached, again.cached, again.text) == (False, True, "cached") and server.hits["echo:cached"] == 1
+    c.complete(user("echo:cached"), temperature=0.5)  # another request: another entry
+    assert server.hits["echo:cached"] == 2
+    files = list((tmp_path / "cache").rglob("*.json"))
+    assert len(files) == 2 and all(KEY not in f.read_text() for f in files)
+    with pytest.raises(ChatError):  # failures are not cached
+        c.complete(user("always503"))
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 2
+
+
+def test_concurrency_limit_and_failures_isolated(server):
+    c = client(server, concurrency=3, max_retries=0)
+    chats = [user(f"slow0.2:r{i}") for i in range(9)] + [user("always500")]
+    t0 = time.perf_counter()
+    out = c.complete_many(chats)
+    assert [r.text for r in out[:9]] == [f"r{i}" for i in range(9)] and isinstance(out[9], ChatError)
+    assert server.max_in_flight == 3 and time.perf_counter() - t0 < 3
+
+
+def test_reasoning_content_goes_before_the_answer(server):
+    assert client(server).complete(user("think")).text == "2 + 2 is 4.\n\\box{4}"
+    assert client(server, prepend_reasoning=False).complete(user("think")).text == "\\box{4}"
+
+
+def _compose(overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="sample", overrides=["paths.root=/tmp/ctxbench-root"] + overrides)
+
+
+def test_openai_generator_from_its_yaml(server, tmp_path):
+    cfg = _compose(["generator=openai", f"generator.base_url={server.base_url}", "generator.model_name=m",
+                    f"generator.api_key_env={KEY_ENV}", "generator.backoff_s=0.01", "generator.max_retries=1",
+                    f"paths.model_cache_dir={tmp_path}"])
+    gen = build(cfg.generator, "generator", Generator)
+    assert isinstance(gen, OpenAIGenerator) and gen.cache_dir == f"{tmp_path}/openai_responses"
+    reqs = [GenerationRequest("a", user("echo:A")), GenerationRequest("b", user("always502")),
+            GenerationRequest("c", user("echo:C"))]
+    out = gen.generate(reqs)
+    assert [g.key for g in out] == ["a", "b", "c"] and [g.text for g in out] == ["A", "", "C"]
+    assert out[1].error.startswith("gave up after 2 attempts: HTTP 502") and out[0].ok and not out[1].ok
+    assert server.bodies[0]["max_tokens"] == 1024 and "seed" not in server.bodies[0]
+    assert "sk-" not in json.dumps(gen.describe())
+    with pytest.raises(ConfigError, match="generator: .*timeout_s=0"):
+        build(_compose(["generator=openai", "generator.timeout_s=0", f"generator.api_key_env={KEY_ENV}"]).generator,
+              "generator")
+
+
+# --- replay ---------------------------------------------------------------------------------------------------------
+
+def write_lines(path, lines):
+    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines), encoding="utf-8")
+    return path
+
+
+def test_replay_matches_by_id_then_prompt(tmp_path):
+    f = write_lines(tmp_path / "r.jsonl", [
+        {"id": "q1", "response": "think \\box{A}", "finish_reason": "stop", "extra": 1},
+        {"id": 7, "response": "seven"},
+        {"prompt": "What is two plus two?", "response": "2+2 \\box{4}"},
+        {"prompt": "<|im_start|>user\nrendered<|im_end|>\n", "response": "from the rendered text"},
+        {"messages": user("by messages"), "response": "matched the chat"},
+        "",
+    ])
+    gen = ReplayGenerator(path=str(f))
+    reqs = [GenerationRequest("q1", user("anything")), GenerationRequest("7", user("x")),
+            GenerationRequest("q3", user("What is two plus two?")),
+            GenerationRequest("q4", user("other"), text="<|im_start|>user\nrendered<|im_end|>\n"),
+            GenerationRequest("q5", user("by messages")), GenerationRequest("q6", user("unknown"))]
+    out = gen.generate(reqs)
+    assert [g.text for g in out[:5]] == ["think \\box{A}", "seven", "2+2 \\box{4}", "from the rendered text",
+                                         "matched the chat"]
+    assert out[0].finish_reason == "stop" and out[1].finish_reason == "replay"
+    assert out[5].error.startswith("replay: no response") and "'q6'" in out[5].error and out[5].text == ""
+
+
+@pytest.mark.parametrize("lines, match", [
+    ([{"id": "a", "response": "x"}, {"id": "a", "response": "y"}], r"r.jsonl:2: field 'id': id 'a' appears twice"),
+    ([{"id": "a"}], r"r.jsonl:1: field 'response': missing"),
+    ([{"id": "a", "response": 3}], r"r.jsonl:1: field 'response'"),
+    ([{"response": "x"}], r"r.jsonl:1: field 'id': a line needs"),
+    ([{"prompt": "p", "response": "x"}, {"prompt": "p", "response": "y"}], r"r.jsonl:2: field 'prompt'"),
+    (['{"id": "a", "response": "x"}', "{oops"], r"r.jsonl:2: not a JSON object"),
+])
+def test_replay_bad_files(tmp_path, lines, match):
+    f = write_lines(tmp_path / "r.jsonl", lines)
+    with pytest.raises(DataError, match=match):
+        ReplayGenerator(path=str(f))
+
+
+def test_replay_from_its_yaml(tmp_path):
+    f = write_lines(tmp_path / "r.jsonl", [{"id": "1", "response": "r"}])
+    gen = build(_compose(["generator=replay", f"generator.path={f}"]).generator, "generator", Generator)
+    assert gen.generate([GenerationRequest("1")])[0].text == "r"
+    with pytest.raises(ConfigError, match="generator: path: generator=replay needs"):
+        build(_compose(["generator=replay"]).generator, "generator")
+    with pytest.raises(ConfigError, match="no such file"):
+        build(_compose(["generator=replay", f"generator.path={tmp_path / 'missing.jsonl'}"]).generator, "generator")
+
+
+# --- hf ---------------------------------------------------------------------------------------------------------------
+
+class FakeLM:
+    """A stand-in for LoadedLM: ``generate`` records its inputs and appends scripted tokens per prompt length."""
+
+    def __init__(self, tokenizer, script, fail_width=None):
+        self.tokenizer = tokenizer
+        self.device = torch.device("cpu")
+        self.calls = []
+        self.script = script  # prompt length -> new token ids
+        self.fail_width = fail_width
+        self.model = self
+
+    def generate(self, input_ids, attention_mask, generation_config):
+        self.calls.append((input_ids.clone(), attention_mask.clone(), generation_config))
+        if self.fail_width is not None and input_ids.shape[0] > 1:
+            raise RuntimeError("CUDA out of memory (pretend)")
+        lengths = attention_mask.sum(1).tolist()
+        if self.fail_width is not None and self.fail_width in lengths:
+            raise RuntimeError("this prompt always fails")
+        new = [self.script[n] for n in lengths]
+        width = max(len(x) for x in new)
+        pad = self.tokenizer.pad_token_id
+        rows = [x + [pad] * (width - len(x)) for x in new]
+        return torch.cat([input_ids, torch.tensor(rows, dtype=torch.long)], dim=1)
+
+
+def test_hf_batches_left_padded_sorted_and_stops_at_eos(smol_tokenizer):
+    tok = smol_tokenizer
+    eos = tok.eos_token_id
+    word = tok(" word", add_special_tokens=False)["input_ids"]
+    texts = ["short", "a much longer prompt than the others, really", "middle sized prompt"]
+    reqs = [GenerationRequest(f"k{i}", text=t) for i, t in enumerate(texts)]
+    lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    script = {lens[0]: word + [eos], lens[1]: word * 3, lens[2]: [eos]}
+    lm = FakeLM(tok, script)
+    gen = HFGenerator(batch_size=2, max_new_tokens=3)
+    gen.bind(lm)
+    out = gen.generate(reqs)
+    assert [g.key for g in out] == ["k0", "k1", "k2"]
+    assert (out[0].text, out[0].finish_reason, out[0].completion_tokens) == (" word", "stop", len(word) + 1)
+    assert (out[1].finish_reason, out[1].completion_tokens) == ("length", 3 * len(word))
+    assert (out[2].text, out[2].finish_reason, out[2].prompt_tokens) == ("", "stop", lens[2])
+    (ids1, mask1, cfg1), (ids2, mask2, _) = lm.calls
+    # longest first; left padding: every row ends with its prompt, padding (mask 0) on the left
+    assert ids1.shape == (2, lens[1]) and mask1[1].tolist() == [0] * (lens[1] - lens[2]) + [1] * lens[2]
+    assert ids1[1, -lens[2]:].tolist() == tok(texts[2], add_special_tokens=False)["input_ids"]
+    assert ids2.shape == (1, lens[0])
+    assert cfg1.do_sample is False and cfg1.max_new_tokens == 3 and eos in list(cfg1.eos_token_id)
+
+
+def test_hf_renders_the_chat_template_and_isolates_failures(smol_tokenizer):
+    tok = smol_tokenizer
+    msgs = user("hello")
+    text = render_chat(tok, msgs)
+    assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>system\nsys" in text
+    n_ok = len(tok(render_chat(tok, user("this one is fine")), add_special_tokens=False)["input_ids"])
+    n_bad = len(tok(text, add_special_tokens=False)["input_ids"])
+    assert n_ok != n_bad
+    lm = FakeLM(tok, {n_ok: [tok.eos_token_id]}, fail_width=n_bad)
+    gen = HFGenerator(batch_size=4)
+    gen.bind(lm)
+    out = gen.generate([GenerationRequest("bad", msgs), GenerationRequest("ok", user("this one is fine"))])
+    assert out[0].error == "RuntimeError: this prompt always fails" and out[1].ok and out[1].finish_reason == "stop"
+    assert [c[0].shape[0] for c in lm.calls] == [2, 1, 1]  # the batch, then one by one
+
+
+def test_hf_checks_and_needs_a_bound_model():
+    with pytest.raises(ValueError, match="batch_size=0"):
+        HFGenerator(batch_size=0)
+    with pytest.raises(ValueError, match="temperature"):
+        HFGenerator(temperature=-1)
+    with pytest.raises(RuntimeError, match="no model bound"):
+        HFGenerator().generate([GenerationRequest("a", user("x"))])
+    with pytest.raises(ValueError, match="LoadedLM"):
+        HFGenerator().bind(None)
+    cfg = _compose([])
+    gen = build(cfg.generator, "generator", Generator)
+    assert isinstance(gen, HFGenerator) and (gen.batch_size, gen.max_new_tokens, gen.temperature) == (8, 512, 0.0)
+
+
+@pytest.mark.slow
+def test_hf_on_smollm2_batched_equals_one_by_one(smollm2):
+    prompts = ["What is the capital of France?", "Name a colour."]
+    reqs = [GenerationRequest(str(i), [{"role": "user", "content": p}]) for i, p in enumerate(prompts)]
+    batched = HFGenerator(batch_size=2, max_new_tokens=8)
+    batched.bind(smollm2)
+    single = HFGenerator(batch_size=1, max_new_tokens=8)
+    single.bind(smollm2)
+    a, b = batched.generate(reqs), single.generate(reqs)
+    assert [g.text for g in a] == [g.text for g in b] and all(g.ok for g in a)
+    assert all(g.completion_tokens <= 8 and g.finish_reason in ("stop", "length") for g in a)
+    assert "Paris" in a[0].text
+    s1 = HFGenerator(max_new_tokens=3, temperature=1.0, seed=3)
+    s1.bind(smollm2)
+    assert [g.text for g in s1.generate(reqs[:1])] == [g.text for g in s1.generate(reqs[:1])]  # seeded sampling
