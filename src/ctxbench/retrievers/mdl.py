@@ -51,13 +51,18 @@ def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_t
                 seq = pre + x
                 ids[r, :len(seq)] = torch.tensor(seq)
                 mask[r, :len(seq)] = 1
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            # every label starts right after the shared prefix: only the logits from the prefix's last position on
+            keep = width - len(pre) + 1
+            try:
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep).logits
+            except TypeError:  # a model without logits_to_keep
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, -keep:]
+            logp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts token len(pre) + j
             for r, x in enumerate(chunk):
                 if not x:
                     out[s + r] = 0.0
                     continue
-                pos = torch.arange(len(pre) - 1, len(pre) - 1 + len(x), device=logp.device)
+                pos = torch.arange(len(x), device=logp.device)
                 tok = torch.tensor(x, device=logp.device)
                 out[s + r] = float(-logp[r, pos, tok].mean())
     return out

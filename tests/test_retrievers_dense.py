@@ -1,0 +1,109 @@
+"""Dense retrieval with the real offline embedder (all-MiniLM-L6-v2) on Wikipedia summaries: Faiss top-k against brute
+force, the contract (shards, order, exclude_self), the embedding cache through fit, DPP / vote-k / MDL on real
+embeddings. Slow: loads MiniLM (and SmolLM2 for MDL)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctxbench.models.embedder import Embedder
+from ctxbench.retrievers.base import row_text, top_k
+from ctxbench.retrievers.dense import DenseRetriever
+from ctxbench.retrievers.dpp import DPPRetriever
+from ctxbench.retrievers.mdl import MDLRetriever
+from ctxbench.retrievers.pool import load_pool
+from ctxbench.retrievers.votek import VotekRetriever
+
+from test_retrievers import pool_queries, wiki_corpus, wiki_queries
+
+pytestmark = pytest.mark.slow
+
+FIELDS = dict(fields=["title", "text"], query_fields=["text"])
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    """MiniLM at 128 tokens, its corpus embeddings cached, so the many fits below encode the corpus once."""
+    return Embedder(batch_size=64, passage_max_length=128, cache_dir=str(tmp_path_factory.mktemp("emb"))).load()
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return wiki_corpus(120)
+
+
+@pytest.fixture(scope="module")
+def queries():
+    return wiki_queries(30) + wiki_queries(10, start=2000)
+
+
+def test_dense_matches_brute_force(embedder, corpus, queries):
+    r = DenseRetriever(ice_num=10, embedder=embedder, **FIELDS).fit(corpus)
+    got = r.retrieve(queries)
+    e_doc = embedder.encode_corpus([row_text(d, ["title", "text"]) for d in corpus])
+    e_q = embedder.encode_queries([q["text"] for q in queries])
+    own_first = 0
+    for qi, h in enumerate(got):
+        s = e_doc.astype(np.float64) @ e_q[qi].astype(np.float64)
+        idx, sc = top_k(s, 10)
+        np.testing.assert_allclose(h.scores, sc, atol=1e-5)
+        np.testing.assert_allclose(s[h.indices], h.scores, atol=1e-5)
+        assert h.indices == idx.tolist() or np.allclose(s[h.indices], sc, atol=1e-5)  # near-ties may swap
+        own_first += qi < 30 and h.indices[0] == qi
+    assert own_first >= 22  # "title description" finds its article
+
+
+def test_dense_contract_shards_order_exclude_self(embedder, corpus, queries):
+    r = DenseRetriever(ice_num=5, embedder=embedder, **FIELDS).fit(corpus)
+    full = r.retrieve(queries)
+    for i in range(3):
+        shard = queries[i::3]
+        for q, h in zip(shard, DenseRetriever(ice_num=5, embedder=embedder, **FIELDS).fit(corpus).retrieve(shard)):
+            ref = full[queries.index(q)]
+            assert h.indices == ref.indices
+            np.testing.assert_allclose(h.scores, ref.scores, atol=1e-5)
+    pool = load_pool()
+    ex = DenseRetriever(ice_num=3, exclude_self=True, embedder=embedder).fit(pool)
+    for i, h in enumerate(ex.retrieve(pool_queries(pool))):
+        assert i not in h.indices and len(h.indices) == 3
+    with pytest.raises(ValueError, match="ice_num=300 is larger than the pool"):
+        DenseRetriever(ice_num=300, embedder=embedder).fit(corpus)
+
+
+def test_fit_reuses_the_corpus_embeddings(tmp_path, corpus):
+    emb = Embedder(cache_dir=str(tmp_path), passage_max_length=64)
+    a = DenseRetriever(ice_num=3, embedder=emb, **FIELDS).fit(corpus[:60])
+    assert emb.last_stats["cache"] == "written"
+    b = DenseRetriever(ice_num=3, embedder=emb, **FIELDS).fit(corpus[:60])
+    assert emb.last_stats["cache"] == "hit"
+    np.testing.assert_array_equal(a.embeddings, b.embeddings)
+    DenseRetriever(ice_num=3, embedder=emb, **FIELDS).fit(corpus[1:61])  # other texts: recomputed
+    assert emb.last_stats["cache"] == "written"
+    assert len(list((tmp_path / "embeddings").rglob("embeddings.npy"))) == 2
+
+
+def test_dpp_and_votek_on_real_embeddings(embedder, corpus, queries):
+    dense = DenseRetriever(ice_num=12, embedder=embedder, **FIELDS).fit(corpus).retrieve(queries)
+    dpp = DPPRetriever(ice_num=4, candidate_num=12, embedder=embedder, **FIELDS).fit(corpus)
+    got = dpp.retrieve(queries)
+    for d, g in zip(dense, got):
+        assert set(g.indices) <= set(d.indices) and g.indices[0] == d.indices[0]
+    assert [h.indices for h in DPPRetriever(ice_num=4, candidate_num=12, embedder=embedder, **FIELDS)
+            .fit(corpus).retrieve(queries[::-1])][::-1] == [h.indices for h in got]
+    v = VotekRetriever(ice_num=5, embedder=embedder, **FIELDS).fit(corpus)
+    a = v.retrieve(queries[:3])
+    assert a[0].indices == a[2].indices and len(set(a[0].indices)) == 5
+    assert VotekRetriever(ice_num=5, embedder=embedder, **FIELDS).fit(corpus).retrieve(queries[:1])[0].indices \
+        == a[0].indices
+
+
+def test_mdl_with_smollm2(embedder, smollm2):
+    pool = load_pool()
+    r = MDLRetriever(ice_num=1, candidate_num=3, select_time=2, labels=["65", "108", "1976"], embedder=embedder)
+    r.use_lm(smollm2.model, smollm2.tokenizer)
+    r.fit(pool)
+    q = [{"id": "t0", "prompt": "The writer Ana Vell was born in Porto.\nWhat is the ASCII code of the first letter of "
+                                 "the city where Ana Vell was born?"}]
+    h = r.retrieve(q)[0]
+    assert len(h.indices) == 1 and np.isfinite(r.last_entropy["t0"])
