@@ -6,6 +6,15 @@ For layer l, sink i, source j, head h: ``f_j^h = v_j^h W_O^h``, ``c_ij^h = alpha
 Memory: attention probabilities are only ever formed for a chunk of sink rows of one layer (H x rows x T); head
 outputs ``f`` are kept for one layer (H x T x d) when that fits ``f_cache_bytes``, else rebuilt per source chunk; the
 per-token path never holds more than ``chunk_elems`` elements of the (heads x sinks x sources x d) difference tensor.
+
+Precision: the proximity is never formed as the difference of the two L1 norms, which for a small contribution cancels
+almost entirely and leaves only the rounding of the norms of ``y`` (float32 on long inputs: percent-level errors on
+the small weights). With ``s = sign(y)`` (+1 at 0), ``|y_k| - |y_k - z_k| = s_k z_k - 2 relu(s_k (z_k - y_k))``
+exactly, so ``prox(z, y) = max(0, s.z - 2 s.clamp(z - y))`` where the clamp keeps only the coordinates in which z
+overshoots y (``[0, inf)`` where y >= 0, ``(-inf, 0]`` elsewhere); both terms are dot products, the first a matrix
+product, and their error is relative to |z|_1 rather than |y|_1. The cheap reductions (sink weights and weighted
+sinks, attention mass per source, denominators, the sum over layers, the hop ratios) accumulate in float64. A float64
+model makes the whole engine float64 (the accuracy reference; see capture.py).
 """
 
 from __future__ import annotations
@@ -29,17 +38,23 @@ class IFRConfig:
     f_cache_bytes: int = 1 << 30  # keep one layer's head outputs when they fit, otherwise rebuild per chunk
 
 
-def prox_l1(z: torch.Tensor, y: torch.Tensor, y_l1: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Proximity over the last axis, broadcasting z against y."""
-    if y_l1 is None:
-        y_l1 = l1(y)
-    return (y_l1 - l1(y - z)).clamp_min(0.0)
+class SinkSigns:
+    """``s = sign(y)`` (+1 where y >= 0, -1 elsewhere) over the last axis of the sink(s) y, and the bounds with which
+    ``s * clamp(w, lo, hi) = relu(s * w)``: ``[0, inf)`` where s = +1, ``(-inf, 0]`` where s = -1."""
+
+    def __init__(self, y: torch.Tensor):
+        neg = y < 0
+        self.s = torch.ones_like(y).masked_fill_(neg, -1.0)
+        self.lo = torch.zeros_like(y).masked_fill_(neg, float("-inf"))
+        self.hi = torch.full_like(y, float("inf")).masked_fill_(neg, 0.0)
 
 
-def l1(x: torch.Tensor) -> torch.Tensor:
-    """One reduction everywhere: |y|_1 and |y - 0|_1 must round identically so that a zero contribution has
-    proximity exactly 0."""
-    return torch.linalg.vector_norm(x, ord=1, dim=-1)
+def prox_l1(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``max(0, |y|_1 - |y - z|_1)`` over the last axis, broadcasting z against y, computed as
+    ``s.z - 2 s.clamp(z - y, lo, hi)`` (see the module notes): no cancellation between the two norms, and a zero
+    contribution has proximity exactly 0."""
+    sg = SinkSigns(y)
+    return ((z * sg.s).sum(-1) - 2.0 * ((z - y).clamp_(sg.lo, sg.hi) * sg.s).sum(-1)).clamp_min(0.0)
 
 
 class LayerView:
@@ -109,49 +124,56 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     ``weights`` (same length) are normalised to sum 1; uniform when None. Rows of zero weight are skipped.
     """
     cfg = cfg or IFRConfig()
-    dev, dt = cap.layers[0].h.device, cap.dtype
+    dev, dt, f64 = cap.layers[0].h.device, cap.dtype, torch.float64
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
-    w = torch.ones(rows.numel(), dtype=dt, device=dev) if weights is None else \
-        torch.as_tensor(weights, dtype=dt, device=dev).reshape(-1).clone()
+    w = torch.ones(rows.numel(), dtype=f64, device=dev) if weights is None else \
+        torch.as_tensor(weights, device=dev).reshape(-1).to(f64, copy=True)
     if w.numel() != rows.numel():
         raise ValueError(f"{w.numel()} weights for {rows.numel()} sink rows")
-    total = torch.zeros(cap.T, dtype=dt, device=dev)
+    total = torch.zeros(cap.T, dtype=f64, device=dev)  # sum over layers
     if float(w.sum()) <= 0:
-        return total
+        return total.to(dt)
     keep = w > 0
     rows, w = rows[keep], w[keep] / w[keep].sum()
+    w_dt = w.to(dt)
     n_src = int(rows.max()) + 1
     H, d = cap.adapter.n_heads, cap.adapter.d_model
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
-        abar = torch.zeros(H, n_src, dtype=dt, device=dev)
+        abar = torch.zeros(H, n_src, dtype=f64, device=dev)
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             sl = slice(r0, r0 + cfg.sink_chunk)
-            abar += torch.einsum("r,hrn->hn", w[sl], lv.attn_rows(rows[sl]))
-        x_s = w @ lv.x_mid(rows)
-        r_s = w @ lv.x_prev(rows)
-        x_s_l1 = l1(x_s)
+            abar += torch.einsum("r,hrn->hn", w_dt[sl], lv.attn_rows(rows[sl]))
+        abar = abar.to(dt)
+        x_s = w @ lv.x_mid(rows).to(f64)
+        r_s = w @ lv.x_prev(rows).to(f64)
+        resid = prox_l1(r_s, x_s)
+        x_s = x_s.to(dt)
+        sg = SinkSigns(x_s)
         numer = torch.empty(n_src, dtype=dt, device=dev)
         step = lv.source_chunk(H * d)
         for j0 in range(0, n_src, step):
             j1 = min(n_src, j0 + step)
-            c = lv.head_outputs(j0, j1) * abar[:, j0:j1, None]
-            numer[j0:j1] = _threshold(prox_l1(c, x_s, x_s_l1), cfg.tau).sum(0)
-        denom = numer.sum() + prox_l1(r_s, x_s, x_s_l1)
+            f, a = lv.head_outputs(j0, j1), abar[:, j0:j1]  # (H, J, d), (H, J)
+            p = a * (f @ sg.s)  # s . c_j^h with c_j^h = abar_j^h f_j^h
+            over = torch.addcmul(-x_s, a[..., None], f).clamp_(sg.lo, sg.hi)  # c - x_S where c overshoots x_S
+            p.sub_(over @ sg.s, alpha=2.0).clamp_min_(0.0)
+            numer[j0:j1] = _threshold(p, cfg.tau).sum(0)
+        denom = numer.sum(dtype=f64) + resid
         if float(denom) > 0:
-            total[:n_src] += numer / denom
-    return total
+            total[:n_src] += numer.to(f64) / denom
+    return total.to(dt)
 
 
 @torch.no_grad()
 def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.Tensor:
     """Per-token IFR (§4.1) for each sink in ``rows``: (R, T) summed over layers, chunked over sinks and sources."""
     cfg = cfg or IFRConfig()
-    dev, dt = cap.layers[0].h.device, cap.dtype
+    dev, dt, f64 = cap.layers[0].h.device, cap.dtype, torch.float64
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
-    out = torch.zeros(rows.numel(), cap.T, dtype=dt, device=dev)
+    out = torch.zeros(rows.numel(), cap.T, dtype=f64, device=dev)  # sum over layers
     if rows.numel() == 0:
-        return out
+        return out.to(dt)
     n_src = int(rows.max()) + 1
     H, d = cap.adapter.n_heads, cap.adapter.d_model
     for li in range(len(cap.layers)):
@@ -159,25 +181,27 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             rr = rows[r0:r0 + cfg.sink_chunk]
             R, top = rr.numel(), int(rr.max()) + 1  # sources after the last sink of the chunk carry alpha = 0
-            alpha = lv.attn_rows(rr)
+            alpha = lv.attn_rows(rr).permute(1, 0, 2).contiguous()  # (R, H, N): sink-major, as the block below
             xm, xp = lv.x_mid(rr), lv.x_prev(rr)
-            xm_l1 = l1(xm)
+            sg = SinkSigns(xm)  # (R, d)
+            s_col, lo, hi, neg_xm = sg.s[:, :, None], sg.lo[:, None, None], sg.hi[:, None, None], -xm[:, None, None]
             numer = torch.zeros(R, top, dtype=dt, device=dev)
             step = lv.source_chunk(H * R * d)
             for j0 in range(0, top, step):
                 j1 = min(top, j0 + step)
-                # (H, R, J, d) block: alpha * f - x_mid, then the L1 norm; kept under chunk_elems elements
-                blk = alpha[:, :, j0:j1, None] * lv.head_outputs(j0, j1)[:, None]
-                blk.sub_(xm[None, :, None, :])
-                dist = l1(blk)
-                del blk
-                p = (xm_l1[None, :, None] - dist).clamp_min_(0.0)
-                p.masked_fill_((torch.arange(j0, j1, device=dev)[None, :] > rr[:, None])[None], 0.0)  # causal
-                numer[:, j0:j1] = _threshold(p, cfg.tau).sum(0)
-            denom = numer.sum(1) + prox_l1(xp, xm, xm_l1)
+                f, a = lv.head_outputs(j0, j1), alpha[:, :, j0:j1]  # (H, J, d), (R, H, J)
+                J = j1 - j0
+                p = a * torch.einsum("hjd,rd->rhj", f, sg.s)  # s_i . c_ij^h: one matrix product
+                # (R, H, J, d) block of c - x_mid, clamped to where c overshoots x_mid; kept under chunk_elems elements
+                over = torch.addcmul(neg_xm, a[..., None], f[None], out=xm.new_empty(R, H, J, d)).clamp_(lo, hi)
+                p.sub_(torch.bmm(over.view(R, H * J, d), s_col).view(R, H, J), alpha=2.0).clamp_min_(0.0)
+                del over
+                p.masked_fill_((torch.arange(j0, j1, device=dev)[None, :] > rr[:, None])[:, None], 0.0)  # causal
+                numer[:, j0:j1] = _threshold(p, cfg.tau).sum(1)
+            denom = numer.sum(1, dtype=f64) + prox_l1(xp.to(f64), xm.to(f64))
             ok = denom > 0
-            out[r0:r0 + R, :top][ok] += numer[ok] / denom[ok, None]
-    return out
+            out[r0:r0 + R, :top][ok] += numer[ok].to(f64) / denom[ok, None]
+    return out.to(dt)
 
 
 @torch.no_grad()

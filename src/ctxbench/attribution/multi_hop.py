@@ -37,25 +37,26 @@ def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weight
         return v * keep if keep is not None else v
 
     def cot_share(v, prev_rho):
-        """The next hop's weights (v's mass on the CoT rows) and rho_k = rho_{k-1} * CoT mass / total mass."""
-        w, tot = v[hop_rows], float(v.sum())
-        return w, (prev_rho * float(w.sum()) / tot if tot > 0 else 0.0)
+        """The next hop's weights (v's mass on the CoT rows) and rho_k = rho_{k-1} * CoT mass / total mass (sums in
+        float64)."""
+        w, tot = v[hop_rows], float(v.sum(dtype=torch.float64))
+        return w, (prev_rho * float(w.sum(dtype=torch.float64)) / tot if tot > 0 else 0.0)
 
     v = hop(hop0_rows, hop0_weights)
-    observed = v * obs_mask
+    observed = v.to(torch.float64) * obs_mask  # accumulated in float64, returned in v's dtype
     w, r = cot_share(v, 1.0)
     vecs, rho = [v], [r]
     for _ in range(int(hops)):
-        if float(w.sum()) <= 0 or rho[-1] <= 0:  # no mass left in the CoT: later hops add nothing
+        if float(w.sum(dtype=torch.float64)) <= 0 or rho[-1] <= 0:  # no mass left in the CoT: later hops add nothing
             vecs.append(torch.zeros_like(v))
             rho.append(0.0)
             continue
         v = hop(hop_rows, w)
-        observed += rho[-1] * (v * obs_mask)
+        observed += rho[-1] * (v.to(torch.float64) * obs_mask)
         vecs.append(v)
         w, r = cot_share(v, rho[-1])
         rho.append(r)
-    return HopResult(observed, vecs, rho)
+    return HopResult(observed.to(v.dtype), vecs, rho)
 
 
 def _result(self, ctx, hr: HopResult, obs_mask, rows_written, **extra) -> AttributionResult:
