@@ -26,7 +26,9 @@ class SampleConfig:
     retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
     model: ModelConfig = field(default_factory=ModelConfig)
     judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml, _target_)
-    generator: Any = MISSING  # a Generator part (conf/generator/<name>.yaml, _target_)
+    # a Generator part (conf/generator/<name>.yaml, _target_; sample.yaml selects hf). None, not MISSING: RunConfig
+    # inherits this schema and run.yaml selects no generator.
+    generator: Any = None
     # The context length of the experiment: RULER tasks are generated at (and read from) this length
     # (their YAML says length: ${length}); the paper's 1,024 unless a config or the command line says otherwise.
     length: int = 1024
