@@ -111,6 +111,9 @@ def test_model_judge_uses_the_spec_prompts_and_parse():
     assert ModelJudge().judge([]) == []
     with pytest.raises(RuntimeError, match="no model bound"):
         ModelJudge().judge(items)
+    with pytest.raises(ConfigError, match="judge: judge=model with judge.path=null"):
+        ModelJudge().bind(None)  # an endpoint model: nothing local to judge with
+    ModelJudge(path="some/model").bind(None)  # its own model: loaded on first use
 
 
 def test_judge_options_from_yaml():

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Optional
 
+from ctxbench.errors import ConfigError
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.models.openai_client import ChatError, EndpointSettings
 from ctxbench.models.spec import ModelConfig
@@ -189,9 +190,15 @@ class ModelJudge(Judge):
                            trust_remote_code=self.trust_remote_code)
 
     def bind(self, loaded_lm: Any) -> None:
-        if self.path is None and loaded_lm is not None:
-            self._gen.bind(loaded_lm)
-            self._bound = True
+        """Use the model of the ``model`` group (when ``path`` is null); with none (an endpoint model) that is a
+        ConfigError, raised here, before any generation."""
+        if self.path is not None:
+            return
+        if loaded_lm is None:
+            raise ConfigError("judge: judge=model with judge.path=null judges with the local model of the `model` "
+                              "group, and there is none (model.backend is not hf); set judge.path or use judge=openai")
+        self._gen.bind(loaded_lm)
+        self._bound = True
 
     def _ensure_model(self) -> None:
         if self._bound:
