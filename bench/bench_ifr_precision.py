@@ -18,7 +18,8 @@ float64). Errors are over the prompt columns of the written row(s):
 - ``top10``: the ten largest prompt weights are the same tokens (for per-token rows: in every row).
 
 Times are the whole ``attribute`` call (capture included), the minimum over interleaved repeats, divided by the
-minimum time of one forward pass with attentions (eager, ``output_attentions=True``, as bench_attribution.py). With
+minimum time of one forward pass with attentions (eager, ``output_attentions=True``, as bench_attribution.py); ``arith``
+is the part after the capture pass (``timings["attribution"]``), where the IFR arithmetic is. With
 ``--before REV`` the same measurements are made with the package as it was at git revision REV (extracted once under
 .cache/bench_ifr_precision/ and imported as ``ctxbench_before``), in the same process and interleaved, so that both see
 the same machine load.
@@ -56,12 +57,11 @@ def morehopqa_prompt_text(tok, n_prompt: int, row: int = 0):
     others = ["".join(s) for i, r in enumerate(rows) if i != row for _, s in r["context"]]
     n_own = sum(len(tok(p, add_special_tokens=False).input_ids) for p in own)
     paras, n = [], n_own
-    for p in others:
+    for p in others:  # distractor paragraphs that fit, up to the length
         k = len(tok(" " + p, add_special_tokens=False).input_ids)
-        if n + k > n_prompt:
-            break
-        paras.append(p)
-        n += k
+        if n + k <= n_prompt:
+            paras.append(p)
+            n += k
     mid = len(paras) // 2
     paras = paras[:mid] + own + paras[mid:]
     return " ".join(paras) + "\n" + rows[row]["question"], rows[row]
@@ -156,21 +156,23 @@ def summarise(pairs) -> dict:
 
 
 def run_method(mod, name, model, tok, mi, sink, think, rows):
-    """Prompt-column vectors of one method (list of rows) and its seconds."""
+    """Prompt-column vectors of one method (list of rows), its seconds, and the seconds after the capture pass."""
     P = mi.P
     t0 = time.perf_counter()
     if name == "per_token_rows":
         cap = mod.capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
+        t1 = time.perf_counter()
         M = mod.per_token_ifr(cap, torch.as_tensor(rows) + mi.gen_start)
         out = M[:, mi.prompt_positions].double().numpy()
-        return list(out), time.perf_counter() - t0
+        t2 = time.perf_counter()
+        return list(out), t2 - t0, t2 - t1
     cls = {"ifr_span": mod.SpanIFRAttributor, "ifr_multi_hop": mod.MultiHopIFRAttributor,
            "ifr_multi_hop_both": mod.MultiHopBothAttributor}[name]
     att = cls() if name == "ifr_span" else cls(hops=1)
     res = att.attribute(model, tok, mi, sink, think)
     dt = time.perf_counter() - t0
     r = int(res.rows_written[0])
-    return [res.matrix[r, :P].astype(np.float64)], dt
+    return [res.matrix[r, :P].astype(np.float64)], dt, res.timings["attribution"]
 
 
 METHODS = ("ifr_span", "ifr_multi_hop", "ifr_multi_hop_both", "per_token_rows")
@@ -186,7 +188,7 @@ def bench_length(args, models, tok, impls, n_prompt):
     cur = impls["after"]
     ref, t_ref = {}, {}
     for name in METHODS:
-        ref[name], t_ref[name] = run_method(cur, name, m64, tok, mi, sink, think, rows)
+        ref[name], t_ref[name], _ = run_method(cur, name, m64, tok, mi, sink, think, rows)
     ids = mi.input_ids[None]
 
     def fwd(model):
@@ -197,13 +199,14 @@ def bench_length(args, models, tok, impls, n_prompt):
 
     t64_fwd = fwd(m64)
     fwd(m32)  # warm-up
-    t_fwd, times, vecs = [], {(k, n): [] for k in impls for n in METHODS}, {}
+    t_fwd, times, arith, vecs = [], {(k, n): [] for k in impls for n in METHODS}, {}, {}
     for _ in range(args.repeats):
         t_fwd.append(fwd(m32))
         for name in METHODS:
             for key, mod in impls.items():
-                v, dt = run_method(mod, name, m32, tok, mi, sink, think, rows)
+                v, dt, da = run_method(mod, name, m32, tok, mi, sink, think, rows)
                 times[key, name].append(dt)
+                arith.setdefault((key, name), []).append(da)
                 vecs[key, name] = v
     tf = min(t_fwd)
     out = {"P": mi.P, "T": int(mi.input_ids.numel()), "G": G, "forward_s": tf, "forward64_s": t64_fwd,
@@ -212,22 +215,25 @@ def bench_length(args, models, tok, impls, n_prompt):
         row = {"float64": {"s": t_ref[name], "per_forward64": t_ref[name] / t64_fwd}}
         for key in impls:
             s = summarise(zip(vecs[key, name], ref[name]))
-            s.update(s=min(times[key, name]), per_forward=min(times[key, name]) / tf)
+            s.update(s=min(times[key, name]), per_forward=min(times[key, name]) / tf,
+                     arith_s=min(arith[key, name]), arith_per_forward=min(arith[key, name]) / tf)
             row[key] = s
         out["methods"][name] = row
     return out
 
 
 def print_table(results, keys):
-    print("\nerror against float64 over the prompt columns; time = attribute() / one forward pass with attentions")
+    print("\nerror against float64 over the prompt columns; time = attribute() / one forward pass with attentions; "
+          "arith = the part after the capture pass")
     print(f"{'tokens':>13} {'method':20} {'code':7} {'err/max':>8} {'median':>8} {'p99':>8} {'top10':>5} "
-          f"{'time/fwd':>8}  (s)")
+          f"{'time/fwd':>8} {'arith/fwd':>9}  (s, arith s)")
     for res in results:
         for name, row in res["methods"].items():
             for key in keys:
                 s = row[key]
                 print(f"{res['P']:>6}+{res['G']:<6} {name:20} {key:7} {s['err_max']:8.1e} {s['med']:8.1e} "
-                      f"{s['p99']:8.1e} {str(s['top10']):>5} {s['per_forward']:8.2f}  ({s['s']:.1f})")
+                      f"{s['p99']:8.1e} {str(s['top10']):>5} {s['per_forward']:8.2f} {s['arith_per_forward']:9.2f}  "
+                      f"({s['s']:.1f}, {s['arith_s']:.1f})")
             f64 = row["float64"]
             print(f"{'':13} {name:20} {'float64':7} {'':35} {f64['per_forward64']:8.2f}  ({f64['s']:.1f}, "
                   f"per float64 forward)")
