@@ -228,7 +228,8 @@ class IFRAttributorBase(Attributor):
     ``recompute_attention``: rebuild attention rows per layer from the captured input (memory O(heads x T^2) for one
     layer) instead of storing the eager probabilities of the generated rows. ``forward_attn_impl``: kernel of the capture
     pass when recomputing ("sdpa" is several times faster than eager on CPU and changes IFR only by kernel rounding,
-    ~1e-5; None keeps the loaded kernel, and recomputed and stored attention then agree to 1e-6).
+    ~1e-5; None keeps the loaded kernel, and recomputed and stored attention then agree to 1e-6). The arithmetic is
+    float32, or float64 for a float64 model (``model.dtype=float64``: the accuracy reference, module notes).
     """
 
     tau: float = 0.0  # proximities below tau count 0
