@@ -20,42 +20,69 @@ from ctxbench.prompts.icl import ICLTemplate, box_template
 
 
 @dataclass
-class SampleConfig:
+class DataConfig:
+    """What every stage that reads a dataset with a model's tokenizer shares."""
+
     paths: Paths = field(default_factory=Paths)
-    dataset: Any = MISSING
-    retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
+    dataset: Any = MISSING  # a Dataset part (conf/dataset/<name>.yaml)
     model: ModelConfig = field(default_factory=ModelConfig)
-    judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml, _target_)
-    # a Generator part (conf/generator/<name>.yaml, _target_; sample.yaml selects hf). None, not MISSING: RunConfig
-    # inherits this schema and run.yaml selects no generator.
-    generator: Any = None
     # The context length of the experiment: RULER tasks are generated at (and read from) this length
     # (their YAML says length: ${length}); the paper's 1,024 unless a config or the command line says otherwise.
     length: int = 1024
-    max_examples: Optional[int] = None
-    dry_run: bool = False
 
 
 @dataclass
-class RunConfig(SampleConfig):
-    """Stage 2 reads what stage 1 does (its examples may come from the same raw data), plus what to attribute and score."""
+class PromptConfig(DataConfig):
+    """How a dataset row becomes the prompt of the sampling stage: in-context examples from ``pool`` chosen by the
+    ``retriever``, rendered with ``template``."""
+
+    retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
+    template: ICLTemplate = field(default_factory=box_template)  # docs/retrievers.md#templates
+    pool: Optional[str] = None  # a JSONL pool of worked examples; None = the shipped box pool
+
+
+@dataclass
+class ShardConfig:
+    index: int = 0
+    count: int = 1  # this run processes dataset rows index, index + count, ...
+
+
+@dataclass
+class SampleConfig(PromptConfig):
+    """Stage 1 (docs/sampling.md)."""
+
+    generator: Any = MISSING  # a Generator part (conf/generator/<name>.yaml)
+    judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml)
+    cache: Optional[str] = None  # the CachedExample cache; None = <paths.samples_dir>/<dataset.name>.jsonl
+    max_examples: Optional[int] = None  # keep the first N judged-correct examples in dataset order
+    shard: ShardConfig = field(default_factory=ShardConfig)
+    merge: bool = False  # join shards 0..shard.count-1 of the cache instead of sampling
+    chunk: int = 16  # rows generated, judged and written at a time (a kill loses at most one chunk's work)
+    dry_run: bool = False
+    progress: bool = True
+
+
+@dataclass
+class RunConfig(DataConfig):
+    """Stage 2: what to attribute and score."""
 
     attribution: Dict[str, Any] = field(default_factory=dict)
     mode: Dict[str, Any] = field(default_factory=dict)
+    max_examples: Optional[int] = None
     prompt_format: str = "table1"  # table1 | bare
     views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
     heatmaps: int = 0  # write an HTML heat map of the prompt attribution for the first N examples
     save_traces: bool = False  # write per-example hop vectors as .npz under traces/<method>/
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
+    dry_run: bool = False
     progress: bool = True
 
 
 @dataclass
-class PrepareConfig:
-    paths: Paths = field(default_factory=Paths)
-    dataset: Any = MISSING  # a RULER task: its length, num_samples and seed say what to generate
-    model: ModelConfig = field(default_factory=ModelConfig)  # whose tokenizer measures lengths
-    length: int = 1024  # as in SampleConfig
+class PrepareConfig(DataConfig):
+    """prepare_data: the dataset is a RULER task (its num_samples and seed, and the run's length, say what to
+    generate); the model's tokenizer measures lengths."""
+
     overwrite: bool = False
 
 
@@ -66,18 +93,11 @@ class ReportConfig:
 
 
 @dataclass
-class PreviewConfig:
+class PreviewConfig(PromptConfig):
     """``exp/exp2/preview_prompts.py``: the prompts the sampling stage would send for the first ``n`` rows."""
 
-    paths: Paths = field(default_factory=Paths)
-    dataset: Any = MISSING
-    retriever: Any = MISSING
-    model: ModelConfig = field(default_factory=ModelConfig)  # whose tokenizer (chat template) formats the prompts
-    template: ICLTemplate = field(default_factory=box_template)  # docs/retrievers.md#templates
-    pool: Optional[str] = None  # a JSONL pool of worked examples; None = the shipped box pool
     n: int = 3
     output: Optional[str] = None  # also write one JSON line per row here
-    length: int = 1024  # as in SampleConfig (RULER datasets read it)
 
 
 # The project's config folder (the package is installed from the project, editable).

@@ -101,6 +101,9 @@ class AppendOnlyJsonl:
     def __contains__(self, key: str) -> bool:
         return key in self.done
 
+    def __len__(self) -> int:
+        return len(self.done)
+
     def append(self, obj: dict[str, Any]) -> bool:
         """Write one line; returns False (and writes nothing) when its key is already present."""
         k = self._key(obj)

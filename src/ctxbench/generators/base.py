@@ -64,6 +64,7 @@ class Generator(ABC):
     """Subclasses are dataclasses (their fields are the parameters) with a ``name``."""
 
     name: ClassVar[str] = ""
+    needs_model: ClassVar[bool] = False  # runs the `model` group's model locally: the stage loads and binds it
 
     def bind(self, loaded_lm: Any) -> None:
         """Receive the model of the ``model`` group (a ``ctxbench.models.LoadedLM``, or None for an endpoint model).

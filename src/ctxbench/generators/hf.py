@@ -40,6 +40,7 @@ class HFGenerator(Generator):
     (Qwen3), None = the template's default; ``progress``: a tqdm bar over batches."""
 
     name: ClassVar[str] = "hf"
+    needs_model: ClassVar[bool] = True
     batch_size: int = 8
     max_new_tokens: int = 512
     temperature: float = 0.0

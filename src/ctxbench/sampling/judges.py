@@ -47,6 +47,11 @@ class Verdict:
 class Judge(ABC):
     name: ClassVar[str] = ""
 
+    @property
+    def needs_model(self) -> bool:
+        """Judges with the `model` group's local model (the stage then loads and binds it)."""
+        return False
+
     def bind(self, loaded_lm: Any) -> None:
         """Receive the model of the ``model`` group (None for an endpoint model); only ``model`` uses it."""
 
@@ -180,6 +185,10 @@ class ModelJudge(Judge):
         self._gen = HFGenerator(batch_size=self.batch_size, max_new_tokens=self.max_new_tokens, temperature=0.0,
                                 enable_thinking=self.enable_thinking)
         self._bound = False
+
+    @property
+    def needs_model(self) -> bool:
+        return self.path is None
 
     def model_config(self) -> Optional[ModelConfig]:
         """The judge's own model, None when it uses the bound model of the ``model`` group."""

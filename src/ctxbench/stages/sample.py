@@ -1,33 +1,180 @@
-"""Stage 1, sample_and_filter: generate, check the format, judge, cache CachedExample rows."""
+"""Stage 1, sample_and_filter (docs/sampling.md): for each dataset row, retrieve in-context examples, render the prompt,
+generate "chain of thought + \\box{answer}", check the format, judge the boxed answer, and keep the judged-correct
+generations as CachedExample rows with their token spans, in an append-only cache that a rerun resumes.
+
+Files: the cache (``cache`` or ``<paths.samples_dir>/<dataset>.jsonl``; shard i of n: ``<name>.shard-<i>-of-<n>.jsonl``)
+with its settings record and processing log (``ctxbench.sampling.cache``); in the job dir ``manifest.json`` and
+``funnel.json`` (generated / well-formed / judged correct / kept, rejection reasons).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 
 from ctxbench.conf import to_plain
-from ctxbench.errors import NotYetImplementedError
+from ctxbench.datasets.base import file_fingerprint
+from ctxbench.errors import ConfigError
+from ctxbench.example import CachedExample
+from ctxbench.files import atomic_write_text
+from ctxbench.generators.base import GenerationRequest, Generator
 from ctxbench.models import load_causal_lm
+from ctxbench.models.causal_lm import load_tokenizer
+from ctxbench.parts import build
+from ctxbench.prompts.icl import ICLTemplate
+from ctxbench.retrievers.base import Retriever
+from ctxbench.retrievers.pool import default_pool_path, example_rows, load_pool
+from ctxbench.sampling.attach import attach_spans
+from ctxbench.sampling.boxed import split_boxed_generation
+from ctxbench.sampling.cache import SampleCache, Shard, funnel, merge_shards
+from ctxbench.sampling.judges import Judge, JudgeItem
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 
 log = logging.getLogger(__name__)
 
 
+def cache_path(cfg: DictConfig, dataset_name: str) -> Path:
+    return Path(cfg.cache) if cfg.cache else Path(cfg.paths.samples_dir) / f"{dataset_name}.jsonl"
+
+
+def template_of(cfg: DictConfig) -> ICLTemplate:
+    try:
+        t = OmegaConf.to_object(cfg.template)
+    except Exception as exc:  # the template's own checks (ValueError) arrive wrapped by OmegaConf
+        raise ConfigError(f"template: {getattr(exc, '__cause__', None) or exc}") from exc
+    return t if isinstance(t, ICLTemplate) else ICLTemplate(**t)
+
+
+def settings_record(cfg: DictConfig, source_sha: str, pool_path: Path, parts: dict[str, Any]) -> dict[str, Any]:
+    """What changes the generations: a cache made under other settings is never appended to."""
+    plain = to_plain(cfg)
+    model = {k: v for k, v in plain["model"].items() if k not in ("api_key_env", "timeout_s")}
+    return {"dataset": {**plain["dataset"], "sha256": source_sha}, "length": plain["length"], "model": model,
+            "retriever": plain["retriever"], "template": plain["template"],
+            "pool_sha256": file_fingerprint(pool_path), **parts}
+
+
+def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever: Retriever, pool: list[dict],
+                template: ICLTemplate, tokenizer, generator: Generator, judge: Judge, cache: SampleCache,
+                max_examples: Optional[int], chunk: int, progress: bool) -> None:
+    """The loop over one slice of the dataset, chunk by chunk, until every row is processed or ``max_examples``
+    examples are kept."""
+    pending = [(ex, q) for ex, q in zip(rows, query_rows) if not cache.processed(ex.example_id)]
+    if len(pending) < len(rows):
+        log.info("resuming: %d of %d rows already processed, %d examples kept", len(rows) - len(pending), len(rows),
+                 cache.kept)
+    bar = tqdm(total=len(pending), desc=f"sample {cache.path.stem}", disable=not progress)
+    for start in range(0, len(pending), chunk):
+        if max_examples is not None and cache.kept >= max_examples:
+            break
+        part = pending[start:start + chunk]
+        hits = retriever.retrieve([q for _, q in part])
+        prompts = [template.for_model(q, [pool[i] for i in h.indices], tokenizer) for (_, q), h in zip(part, hits)]
+        gens = generator.generate([GenerationRequest(ex.example_id, mp.messages or [{"role": "user", "content": mp.text}],
+                                                     mp.text if tokenizer is not None else None)
+                                   for (ex, _), mp in zip(part, prompts)])
+        splits = [split_boxed_generation(g.text) if g.ok else None for g in gens]
+        to_judge = [i for i, sp in enumerate(splits) if sp is not None and sp.ok]
+        verdicts = dict(zip(to_judge, judge.judge([JudgeItem(
+            splits[i].answer, str(part[i][0].metadata.get("reference_answer", "")),
+            part[i][0].prompt.rsplit("\n", 1)[-1]) for i in to_judge])))
+        for i, ((ex, _), h, mp, g) in enumerate(zip(part, hits, prompts, gens)):
+            entry: dict[str, Any] = {"retrieved_ids": retriever.ids_of(h), "prompt": mp.to_dict(),
+                                     "generation": g.to_dict()}
+            kept = None
+            if not g.ok:
+                entry.update(status="generation_error", reason=g.error)
+            elif not splits[i].ok:
+                entry.update(status="malformed", reason=splits[i].reason)
+            elif verdicts[i].error:
+                entry.update(status="judge_error", reason=verdicts[i].error)
+            elif not verdicts[i].correct:
+                entry.update(status="judged_wrong", reason="judged_wrong", judge_response=verdicts[i].response)
+            else:
+                kept = attach_spans(ex, splits[i].thinking, splits[i].answer, tokenizer,
+                                    judge_response=verdicts[i].response, retrieved_ids=entry["retrieved_ids"],
+                                    generation_prompt=mp.text) if tokenizer is not None else None
+                entry.update(status="kept" if kept else "no_span_tokens",
+                             reason=None if kept else "no target token overlaps the answer")
+            if kept is not None and max_examples is not None and cache.kept >= max_examples:
+                break  # the first max_examples kept rows are enough; the rest of the chunk stays unprocessed
+            cache.record(ex.example_id, entry, kept)
+            bar.update(1)
+    bar.close()
+
+
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     paths = stage_paths(cfg)
+    # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
+    retriever = build(cfg.retriever, "retriever", Retriever)
+    generator = build(cfg.generator, "generator", Generator)
+    judge = build(cfg.judge, "judge", Judge)
+    template = template_of(cfg)
+    try:
+        shard = Shard(cfg.shard.index, cfg.shard.count)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if cfg.chunk < 1:
+        raise ConfigError(f"chunk={cfg.chunk}: must be >= 1")
     model_cfg = OmegaConf.to_object(cfg.model)
-    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if model_cfg.backend == "hf" else None
-    tokenizer = loaded.tokenizer if loaded else None
+    local = model_cfg.backend == "hf"
+    # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
+    # when a part runs it.
+    needs_lm = local and (generator.needs_model or judge.needs_model or retriever.needs_lm)
+    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm else None
+    tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
+                                                 if local else None)
+    if tokenizer is None:
+        raise ConfigError("model: spans need a local tokenizer: set the model group to the model run_exp will "
+                          "explain (backend hf) and generate with generator=openai")
     # Sampling reads the raw data, never a cache of its own output.
-    source, examples = dataset.load(paths, tokenizer, cfg.max_examples, use_cache=False)
+    source, examples = dataset.load(paths, tokenizer, use_cache=False)
+    cache = cache_path(cfg, dataset.name)
     write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
-                       n_examples=len(examples))
+                       n_examples=len(examples), extra={"cache": str(cache), "shard": [shard.index, shard.count]})
+    if cfg.merge:
+        merged = merge_shards(cache, shard.count, [e.example_id for e in examples], cfg.max_examples)
+        log.info("merged %d shards into %s: %d examples kept of %d rows", merged["shards"], cache, merged["kept"],
+                 merged["rows"])
+        return _finish(output_dir, cache)
+    pool_path = Path(cfg.pool) if cfg.pool else default_pool_path()
+    pool = load_pool(pool_path)
+    query_rows = example_rows(examples)  # ids and positions in the whole dataset, before sharding
+    try:
+        retriever.fit(pool)
+    except ValueError as exc:
+        raise ConfigError(f"retriever: {exc}") from exc
     if cfg.dry_run:
-        log.info("dry run: configuration composed, %d examples loaded, model %s; nothing generated",
-                 len(examples), "loaded" if loaded else f"endpoint {model_cfg.base_url}")
+        log.info("dry run: %d rows, pool of %d, parts built; nothing generated", len(examples), len(pool))
         return {"dry_run": True, "examples": len(examples)}
-    raise NotYetImplementedError("sample_and_filter: generation, judging and caching are not implemented yet "
-                                 "(dry_run=true checks the set-up)")
+    if loaded is not None:
+        generator.bind(loaded)
+        judge.bind(loaded)
+        if retriever.needs_lm:
+            retriever.use_lm(loaded.model, loaded.tokenizer, template)
+    else:
+        judge.bind(None)
+    parts = {"generator": generator.describe(), "judge": to_plain(cfg.judge)}
+    settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path, parts)
+    path = shard.path(cache)
+    with SampleCache(path, settings) as store:
+        sample_rows(shard.select(examples), shard.select(query_rows), retriever=retriever, pool=pool,
+                    template=template, tokenizer=tokenizer, generator=generator, judge=judge, cache=store,
+                    max_examples=cfg.max_examples, chunk=cfg.chunk, progress=cfg.progress)
+        store.finish()
+    return _finish(output_dir, path)
+
+
+def _finish(output_dir: str | Path, path: Path) -> dict:
+    counts = funnel(path)
+    atomic_write_text(Path(output_dir) / "funnel.json", json.dumps({"cache": str(path), **counts}, indent=2) + "\n")
+    reasons = ", ".join(f"{k} {v}" for k, v in counts["rejections"].items()) or "none"
+    print(f"{path}: {counts['processed']} rows processed, {counts['generated']} generated, {counts['well_formed']} "
+          f"well-formed, {counts['judged_correct']} judged correct, {counts['kept']} kept; rejections: {reasons}")
+    return {"cache": str(path), **counts}

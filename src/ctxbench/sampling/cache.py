@@ -1,0 +1,185 @@
+"""Where the sampling stage writes, so that a rerun resumes and nothing is mixed or lost (docs/sampling.md).
+
+For a cache ``<name>.jsonl`` (the CachedExample rows kept) the stage also keeps, beside it:
+
+- ``<name>.jsonl.config.json``: the settings that change what is generated (data, model, retriever, template, pool,
+  generator, judge); written when the cache is created. A run with other settings refuses to append, naming the keys.
+- ``<name>.jsonl.log.jsonl``: one line per processed dataset row (kept or why not, retrieved ids, the prompt sent), and a
+  final ``{"done": true}`` line when every row of the run's slice is processed. A row is processed once: a rerun skips
+  the rows in the log or in the cache (a kill between the two writes leaves the row in the cache only).
+
+Shard ``i`` of ``n`` writes ``<name>.shard-<i>-of-<n>.jsonl`` (and its two companions); ``merge_shards`` joins the
+shards into ``<name>.jsonl`` in dataset order, refusing missing, unfinished or overlapping shards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ctxbench.errors import DataError
+from ctxbench.example import CachedExample, ExampleStore, read_examples
+from ctxbench.files import atomic_write_text
+from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self):
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"shard.index={self.index} must be in [0, shard.count={self.count})")
+
+    def select(self, items: list) -> list:
+        """Rows index, index + count, ... of the dataset (every shard sees rows from the whole dataset)."""
+        return items[self.index::self.count]
+
+    def path(self, cache: Path) -> Path:
+        return cache if self.count == 1 else shard_path(cache, self.index, self.count)
+
+
+def shard_path(cache: Path, index: int, count: int) -> Path:
+    return cache.with_name(f"{cache.stem}.shard-{index}-of-{count}{cache.suffix}")
+
+
+def config_path(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".config.json")
+
+
+def log_path(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".log.jsonl")
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def check_config(cache: Path, settings: dict[str, Any]) -> None:
+    """Record ``settings`` for a new cache, or refuse to append to a cache made with other settings."""
+    record = config_path(cache)
+    if record.exists():
+        old = json.loads(record.read_text(encoding="utf-8"))
+        diff = _differences(old, settings)
+        if diff:
+            raise DataError(f"made with other settings ({', '.join(diff[:6])}); use another cache path "
+                            f"(cache=...) or paths.samples_dir", file=cache)
+    elif cache.exists() and cache.stat().st_size > 0:
+        raise DataError(f"exists without {record.name}: it was not made by this stage with these settings; "
+                        f"use another cache path (cache=...)", file=cache)
+    else:
+        atomic_write_text(record, json.dumps(settings, indent=2, sort_keys=True, default=str) + "\n")
+
+
+class SampleCache:
+    """The kept examples and the processing log of one run (one shard). Use as a context manager."""
+
+    def __init__(self, path: Path, settings: dict[str, Any]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_config(self.path, settings)
+        self.store = ExampleStore(self.path)
+        self.log = AppendOnlyJsonl(log_path(self.path), key=lambda obj: obj.get("id", "<done>"))
+
+    def __enter__(self) -> "SampleCache":
+        self.store.__enter__()
+        self.log.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.log.__exit__(*exc)
+        self.store.__exit__(*exc)
+
+    def processed(self, example_id: str) -> bool:
+        return example_id in self.log or example_id in self.store
+
+    @property
+    def kept(self) -> int:
+        return len(self.store)
+
+    def record(self, example_id: str, entry: dict[str, Any], kept: Optional[CachedExample]) -> None:
+        """The example first (so a kill in between leaves it processed), then its log line."""
+        if kept is not None and example_id not in self.store:
+            self.store.add(kept)
+        if example_id not in self.log:
+            self.log.append({"id": example_id, **entry})
+
+    def finish(self) -> None:
+        if "<done>" not in self.log:
+            self.log.append({"done": True})
+
+
+def funnel(path: Path) -> dict[str, Any]:
+    """Counts over a cache's log: rows processed, generated, well-formed, judged correct, kept, and rejection reasons."""
+    statuses: Counter = Counter()
+    reasons: Counter = Counter()
+    n = 0
+    for _, obj in iter_jsonl(log_path(path)) if log_path(path).exists() else []:
+        if "id" not in obj:
+            continue
+        n += 1
+        statuses[obj["status"]] += 1
+        if obj["status"] == "malformed":  # the format check's stable reason; other statuses are their own reason
+            reasons[obj.get("reason") or "malformed"] += 1
+        elif obj["status"] != "kept":
+            reasons[obj["status"]] += 1
+    generated = n - statuses["generation_error"]
+    well_formed = generated - statuses["malformed"]
+    judged = well_formed - statuses["judge_error"]
+    correct = judged - statuses["judged_wrong"]
+    return {"processed": n, "generated": generated, "well_formed": well_formed, "judged": judged,
+            "judged_correct": correct, "kept": statuses["kept"], "rejections": dict(sorted(reasons.items()))}
+
+
+def merge_shards(cache: Path, count: int, order: list[str], max_examples: Optional[int] = None) -> dict[str, Any]:
+    """Join shards ``0..count-1`` of ``cache`` into ``cache`` in dataset ``order`` (example ids), keeping the first
+    ``max_examples``. Refuses a missing or unfinished shard, shards made with different settings, and an example
+    (or a processed row) claimed by two shards. The merged cache gets the shards' settings and their logs."""
+    cache = Path(cache)
+    if cache.exists():
+        raise DataError("exists already; merging writes a new cache (remove it or choose another cache=)", file=cache)
+    examples: dict[str, CachedExample] = {}
+    logs: dict[str, dict] = {}
+    settings = None
+    for i in range(count):
+        p = shard_path(cache, i, count)
+        if not p.exists() or not log_path(p).exists():
+            raise DataError(f"shard {i} of {count} is missing", file=p)
+        lines = [obj for _, obj in iter_jsonl(log_path(p))]
+        if not any(obj.get("done") for obj in lines):
+            raise DataError(f"shard {i} of {count} is unfinished (no done line in its log); rerun it", file=p)
+        s = json.loads(config_path(p).read_text(encoding="utf-8"))
+        if settings is not None and _differences(settings, s):
+            raise DataError(f"shard {i} was made with other settings ({', '.join(_differences(settings, s)[:6])})",
+                            file=p)
+        settings = s
+        for obj in lines:
+            if "id" in obj:
+                if obj["id"] in logs:
+                    raise DataError(f"row {obj['id']!r} was processed by two shards", file=log_path(p))
+                logs[obj["id"]] = obj
+        for ex in read_examples(p):
+            if ex.example_id in examples:
+                raise DataError(f"example {ex.example_id!r} is in two shards", file=p)
+            examples[ex.example_id] = ex
+    position = {eid: i for i, eid in enumerate(order)}
+    unknown = [eid for eid in examples if eid not in position]
+    if unknown:
+        raise DataError(f"example {unknown[0]!r} is not a row of the dataset being merged", file=cache)
+    kept = sorted(examples.values(), key=lambda e: position[e.example_id])
+    if max_examples is not None:
+        kept = kept[:max_examples]
+    atomic_write_text(config_path(cache), json.dumps(settings, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(log_path(cache), "".join(json.dumps(logs[eid], ensure_ascii=False) + "\n"
+                                               for eid in order if eid in logs) + json.dumps({"done": True}) + "\n")
+    atomic_write_text(cache, "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in kept))
+    return {"shards": count, "kept": len(kept), "rows": len(logs)}

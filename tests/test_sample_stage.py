@@ -1,0 +1,207 @@
+"""sample_and_filter end to end: replayed answers through parsing, judging, spans and the cache (funnel, resume,
+settings refusal, shards + merge), a kill mid-run, and (slow) SmolLM2 sampling RULER rows that run_exp then explains."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from ctxbench.conf import register_configs
+from ctxbench.datasets import morehopqa_sample
+from ctxbench.errors import DataError
+from ctxbench.evaluation import example_spans
+from ctxbench.example import read_examples
+from ctxbench.sampling.cache import log_path, shard_path
+from ctxbench.stages.sample import sample_stage
+
+from conftest import CACHE_DIR, ROOT
+
+register_configs()
+
+ROWS = json.loads(morehopqa_sample().read_text())
+
+
+def replay_file(tmp_path: Path, n: int) -> Path:
+    """Responses for the first n MoreHopQA rows: every third malformed, every third judged wrong, the rest correct."""
+    lines = []
+    for i, row in enumerate(ROWS[:n]):
+        if i % 3 == 1:
+            response = f"The answer should be {row['answer']}, I think."  # no box
+        elif i % 3 == 2:
+            response = "Reading the context carefully. \\box{The answer is certainly nothing at all.}"
+        else:
+            response = f"The question asks for one value; the context gives it. \\box{{The answer is {row['answer']}.}}"
+        lines.append(json.dumps({"id": row["_id"], "response": response}))
+    path = tmp_path / "responses.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def cfg_for(tmp_path, *overrides, n=9):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="sample", overrides=[
+            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
+            "generator=replay", f"generator.path={replay_file(tmp_path, n)}", "progress=false", "chunk=4",
+            "retriever=bm25", *overrides])
+
+
+def _ids(path):
+    return [e.example_id for e in read_examples(path)]
+
+
+def test_replayed_answers_are_parsed_judged_and_cached(tmp_path, smol_tokenizer):
+    cfg = cfg_for(tmp_path, "max_examples=null")
+    # only the 9 replayed rows are answered; the others come back as generation errors
+    out = sample_stage(cfg, tmp_path / "job")
+    cache = tmp_path / "samples" / "morehopqa.jsonl"
+    assert out["cache"] == str(cache)
+    assert _ids(cache) == [ROWS[i]["_id"] for i in (0, 3, 6)]
+    assert out["processed"] == 150 and out["generated"] == 9 and out["well_formed"] == 6
+    assert out["judged_correct"] == 3 and out["kept"] == 3
+    assert out["rejections"] == {"generation_error": 141, "judged_wrong": 3, "no_box": 3}
+    assert json.loads((tmp_path / "job" / "funnel.json").read_text())["kept"] == 3
+    ex = next(read_examples(cache, tokenizer=smol_tokenizer))
+    md = ex.metadata
+    assert ex.target.endswith("\nThe answer is " + ROWS[0]["answer"] + ".") and md["reference_answer"] == ROWS[0]["answer"]
+    assert len(md["retrieved_ids"]) == 4 and all(r.startswith("box-") for r in md["retrieved_ids"])
+    assert "<|im_start|>" in md["generation_prompt"] and md["judge_response"]
+    # the spans decode to the boxed sentence and run_exp reads them back as they are
+    ids = smol_tokenizer(ex.target, add_special_tokens=False)["input_ids"]
+    assert smol_tokenizer.decode(ids[ex.sink_span[0]:ex.sink_span[1] + 1]).strip() == md["boxed_answer"]
+    assert example_spans(ex, smol_tokenizer) == (ex.sink_span, ex.thinking_span, "cached")
+    log = [json.loads(line) for line in log_path(cache).read_text().splitlines()]
+    assert len(log) == 151 and log[-1] == {"done": True}
+    assert log[1]["status"] == "malformed" and log[1]["reason"] == "no_box" and log[1]["prompt"]["messages"]
+    # a rerun processes nothing again
+    before = cache.read_bytes(), log_path(cache).read_bytes()
+    assert sample_stage(cfg, tmp_path / "job2")["kept"] == 3
+    assert (cache.read_bytes(), log_path(cache).read_bytes()) == before
+    # another retriever never appends to this cache
+    with pytest.raises(DataError, match=r"made with other settings \(retriever"):
+        sample_stage(cfg_for(tmp_path, "retriever=fixk"), tmp_path / "job3")
+
+
+def test_max_examples_and_shards_merge_to_the_unsharded_run(tmp_path):
+    full = tmp_path / "full"
+    sample_stage(cfg_for(full, "max_examples=2"), full / "job")
+    expected = (full / "samples" / "morehopqa.jsonl").read_bytes()
+    assert _ids(full / "samples" / "morehopqa.jsonl") == [ROWS[0]["_id"], ROWS[3]["_id"]]
+    sharded = tmp_path / "sharded"
+    cache = sharded / "samples" / "morehopqa.jsonl"
+    for i in range(3):
+        sample_stage(cfg_for(sharded, "max_examples=2", f"shard.index={i}", "shard.count=3"), sharded / f"job{i}")
+        assert shard_path(cache, i, 3).exists()
+    # a missing shard and an unfinished one are refused
+    with pytest.raises(DataError, match="shard 0 of 4 is missing"):
+        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=4", "merge=true"), sharded / "m0")
+    log2 = log_path(shard_path(cache, 2, 3))
+    full_log = log2.read_text()
+    log2.write_text("".join(line + "\n" for line in full_log.splitlines()[:-1]))  # as if killed before the end
+    with pytest.raises(DataError, match="shard 2 of 3 is unfinished"):
+        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m1")
+    assert not cache.exists()
+    log2.write_text(full_log)
+    out = sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "merge")
+    assert cache.read_bytes() == expected and out["kept"] == 2
+    with pytest.raises(DataError, match="exists already"):
+        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m2")
+
+
+def test_overlapping_shards_are_refused(tmp_path):
+    root = tmp_path / "ov"
+    for i in range(2):
+        sample_stage(cfg_for(root, f"shard.index={i}", "shard.count=2"), root / f"job{i}")
+    cache = root / "samples" / "morehopqa.jsonl"
+    a, b = shard_path(cache, 0, 2), shard_path(cache, 1, 2)
+    b.write_text(b.read_text() + a.read_text().splitlines()[0] + "\n")  # an example of shard 0 also in shard 1
+    with pytest.raises(DataError, match="is in two shards"):
+        sample_stage(cfg_for(root, "shard.count=2", "merge=true"), root / "merge")
+
+
+SLOW_GENERATOR = '''
+import time
+from dataclasses import dataclass
+from ctxbench.generators.replay import ReplayGenerator
+
+@dataclass
+class SlowReplay(ReplayGenerator):
+    """Replay, slowed down so that a test can kill the stage mid-run."""
+    delay: float = 0.1
+
+    def generate(self, requests):
+        time.sleep(self.delay * len(requests))
+        return super().generate(requests)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_resume_after_a_kill(tmp_path, sig):
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "slow_replay.py").write_text(SLOW_GENERATOR)
+    conf = tmp_path / "conf" / "generator"
+    conf.mkdir(parents=True)
+    (conf / "slow.yaml").write_text(f"_target_: slow_replay.SlowReplay\npath: {replay_file(tmp_path, 9)}\n")
+    cache = tmp_path / "samples" / "morehopqa.jsonl"
+    args = [sys.executable, str(ROOT / "exp" / "exp2" / "sample_and_filter.py"), f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+            "generator=slow", "chunk=1", "progress=false", "dataset.name=morehopqa"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plug")}
+    proc = subprocess.Popen(args + [f"hydra.run.dir={tmp_path / 'run1'}"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait until some rows are processed, then kill mid-run
+        if log_path(cache).exists() and len(log_path(cache).read_text().splitlines()) >= 8:
+            break
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    done_before = len(log_path(cache).read_text().splitlines())
+    assert 8 <= done_before < 150
+    out = subprocess.run(args + [f"hydra.run.dir={tmp_path / 'run2'}"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = [json.loads(line) for line in log_path(cache).read_text().splitlines()]
+    ids = [x["id"] for x in log if "id" in x]
+    assert len(ids) == len(set(ids)) == 150 and log[-1] == {"done": True}  # every row once, none lost
+    assert _ids(cache) == [ROWS[i]["_id"] for i in (0, 3, 6)]  # no duplicate, no partial line
+
+
+@pytest.mark.slow
+def test_smollm2_samples_ruler_rows_that_run_exp_explains(tmp_path):
+    """The two-stage flow: SmolLM2 writes CoT + box for 4 RULER rows with worked examples, run_exp explains the cache."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="sample", overrides=[
+            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"paths.data_dir={tmp_path / 'data'}", "dataset=niah_single_1", "length=512", "dataset.num_samples=4",
+            "retriever=fixk", "retriever.fix_id_list=[0,1]", "generator.max_new_tokens=96", "generator.batch_size=4",
+            "progress=false"])
+    out = sample_stage(cfg, tmp_path / "sample")
+    print("\nfunnel (niah_single_1, 4 rows):", json.dumps(out))
+    assert out["processed"] == 4 and out["generated"] == 4
+    assert out["well_formed"] >= 2, "the worked examples should bring SmolLM2 to the box format"
+    cache = tmp_path / "samples" / "niah_single_1.jsonl"
+    if out["kept"] == 0:
+        pytest.fail(f"no generation was judged correct: {out}")
+    from ctxbench.stages.run import run_stage
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        run_cfg = compose(config_name="run", overrides=[
+            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"paths.data_dir={tmp_path / 'data'}", "dataset=niah_single_1", "length=512", "views=[seq]",
+            "attribution=[ifr_multi_hop,random]", "mode=[faithfulness,recovery]", "progress=false", "heatmaps=0"])
+    summary = run_stage(run_cfg, tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["dataset"]["kind"] == "cache" and manifest["dataset"]["path"] == str(cache)
+    assert summary["ifr_multi_hop"]["examples"] == out["kept"]
+    rec = json.loads((tmp_path / "run" / "results.jsonl").read_text().splitlines()[0])
+    assert rec["spans"] == "cached" and rec["thinking_span"] is not None  # a chain of thought to hop through
