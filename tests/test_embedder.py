@@ -1,5 +1,5 @@
-"""The Embedder: pooling against a direct transformers computation, instruction format, truncate_dim, the embedding cache
-reused and refused (settings, texts, model folder, a stale key under the right folder name). Model-free checks run
+"""The Embedder: pooling against a direct transformers computation, instruction format, truncate_dim, the embedding
+cache reused and refused (settings, texts, model folder, a stale key under the right folder name). Model-free checks run
 quickly; the rest loads all-MiniLM-L6-v2 (slow)."""
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ def _prompts(template: ICLTemplate, retriever, train=TRAIN, test=TEST) -> list[s
 def test_spec_worked_example_fixk_string_templates():
     t = ICLTemplate(ice_template="{question}\n{answer}",
                     prompt_template="Solve the following questions.\n</E>{question}\n{answer}", ice_token="</E>")
-    assert _prompts(t, FixKRetriever(fix_id_list=[0, 1])) == ["Solve the following questions.\ntq0\nta0\ntq1\nta1\nQ0\n"]
+    expect = "Solve the following questions.\ntq0\nta0\ntq1\nta1\nQ0\n"
+    assert _prompts(t, FixKRetriever(fix_id_list=[0, 1])) == [expect]
 
 
 def test_spec_worked_example_abbreviated_form():
@@ -51,7 +52,8 @@ def test_separator_and_eos_of_string_examples():
 # --- the seed's (AISBench) examples ----------------------------------------------------------------------------
 
 RACE_TRAIN = [{"id": f"r{i}", "article": f"Article {c}...", "question": f"Question {i + 1}",
-               "A": "a", "B": "b", "C": "c", "D": "d", "answer": ans} for i, (c, ans) in enumerate(zip("ABCDE", "ABCDA"))]
+               "A": "a", "B": "b", "C": "c", "D": "d", "answer": ans}
+              for i, (c, ans) in enumerate(zip("ABCDE", "ABCDA"))]
 RACE_TEST = [{"id": "x0", "article": "Article X...", "question": "Test question 1", "A": "a", "B": "b", "C": "c",
               "D": "d", "answer": "B"}]
 RACE_HUMAN = ("Read the article, and answer the question by replying A, B, C or D.\n\nArticle:\n{article}\n\nQ: "

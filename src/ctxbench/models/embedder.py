@@ -11,8 +11,8 @@ first, as FlagEmbedding, so an out-of-memory error on GPU shows up in the first 
 retried), pads each batch only to its own longest text and runs the encoder under ``torch.inference_mode``.
 ``last_stats`` holds the timings of the last call (total, forward pass, tokenisation, tokens, padded tokens).
 
-Cache (``encode_corpus`` with ``cache_dir``): ``<cache_dir>/embeddings/<model name>/<key>/`` holds ``embeddings.npy`` and
-``key.json``. The key covers the model's identity (a local folder: its resolved path and the size and modification
+Cache (``encode_corpus`` with ``cache_dir``): ``<cache_dir>/embeddings/<model name>/<key>/`` holds ``embeddings.npy``
+and ``key.json``. The key covers the model's identity (a local folder: its resolved path and the size and modification
 time of its files; a hub id: the id, revision and resolved commit), pooling, normalisation, max length, instruction,
 dtype, truncate_dim and a sha256 of the texts. A cache is reused only when the ``key.json`` inside it equals the
 expected key and the array has the expected shape; otherwise the embeddings are recomputed and the cache rewritten
@@ -291,10 +291,9 @@ class Embedder:
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)
         fwd = time.perf_counter() - t0
-        vecs = pool_hidden(hidden, inputs["attention_mask"], self.pooling)
+        vecs = pool_hidden(hidden.float(), inputs["attention_mask"], self.pooling)  # pool in fp32 (fp16 sums)
         if self.truncate_dim:
             vecs = vecs[:, :self.truncate_dim]
-        vecs = vecs.float()
         if self.normalize:
             vecs = torch.nn.functional.normalize(vecs, p=2, dim=-1)
         return vecs.cpu().numpy(), len(sel) * width, fwd

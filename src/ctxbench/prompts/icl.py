@@ -13,8 +13,8 @@ An ``ICLTemplate`` renders a test row and the pool rows a retriever chose for it
   so text inside a row or an example is never substituted again (the reference formats the examples' text with the
   test row too).
 
-``render`` gives a ``RenderedPrompt``: its ``text`` is what a model without a chat template reads (a dialogue's non-empty
-parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike the reference) and ``messages()`` the
+``render`` gives a ``RenderedPrompt``: its ``text`` is what a model without a chat template reads (a dialogue's
+non-empty parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike the reference) and ``messages()`` the
 chat messages: HUMAN -> user, BOT -> assistant, SYSTEM -> system (or its ``fallback_role``, default HUMAN, when the
 model has no system role), free text of ``begin``/``end`` -> user, consecutive messages of one role merged with
 "\\n"; a string prompt is one user message, so few-shot with chat models means a dialogue template (examples as
@@ -26,6 +26,7 @@ models, the text the tokenizer's chat template makes.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -139,21 +140,28 @@ class RenderedPrompt:
         return asdict(self)
 
 
-_SYSTEM_PROBE: dict[int, bool] = {}
+_SYSTEM_PROBE: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 
 
 def chat_supports_system(tokenizer) -> bool:
-    """Whether the tokenizer's chat template renders a system message (some raise or drop it)."""
-    key = id(tokenizer)
-    if key not in _SYSTEM_PROBE:
-        marker = "\x1fsystem-probe\x1f"
-        try:
-            out = tokenizer.apply_chat_template([{"role": "system", "content": marker},
-                                                 {"role": "user", "content": "hi"}], tokenize=False)
-            _SYSTEM_PROBE[key] = marker in out
-        except Exception:  # a template that refuses the role raises (a jinja exception)
-            _SYSTEM_PROBE[key] = False
-    return _SYSTEM_PROBE[key]
+    """Whether the tokenizer's chat template renders a system message (some raise or drop it); probed once per
+    tokenizer."""
+    try:
+        return _SYSTEM_PROBE[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    marker = "\x1fsystem-probe\x1f"
+    try:
+        out = tokenizer.apply_chat_template([{"role": "system", "content": marker},
+                                             {"role": "user", "content": "hi"}], tokenize=False)
+        ok = marker in out
+    except Exception:  # a template that refuses the role raises (a jinja exception)
+        ok = False
+    try:
+        _SYSTEM_PROBE[tokenizer] = ok
+    except TypeError:  # not weak-referenceable: probe every time
+        pass
+    return ok
 
 
 # --- template checks ---------------------------------------------------------------------------------------------
@@ -205,7 +213,8 @@ def _check_items(items: Any, where: str, turns_only: bool = False) -> list:
 
 
 def check_template(t: Any, name: str) -> Template:
-    """A string, or a dialogue normalised to ``{begin: [...], round: [...], end: [...]}``; ValueError naming ``name``."""
+    """A string, or a dialogue normalised to ``{begin: [...], round: [...], end: [...]}``; a ValueError names
+    ``name``."""
     t = _plain(t)
     if t is None or isinstance(t, str):
         return t

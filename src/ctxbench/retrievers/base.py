@@ -183,7 +183,8 @@ class Retriever(ABC):
 @dataclass(kw_only=True)
 class TextRetriever(Retriever):
     """A retriever that reads text. ``fields``: the pool rows' fields it tokenises or embeds; ``query_fields``: the
-    query rows' (None: the same as ``fields``). BEIR-style corpora: ``fields=[title, text]``, ``query_fields=[text]``."""
+    query rows' (None: the same as ``fields``). BEIR-style corpora: ``fields=[title, text]``,
+    ``query_fields=[text]``."""
 
     fields: list[str] = field(default_factory=lambda: ["prompt"])
     query_fields: Optional[list[str]] = None

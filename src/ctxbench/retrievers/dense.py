@@ -45,7 +45,7 @@ class DenseRetriever(TextRetriever):
         super().__post_init__()
         check_ice_num(self.ice_num)
         if isinstance(self.embedder, dict):  # a plain mapping (not instantiated by Hydra)
-            self.embedder = Embedder(**self.embedder)
+            self.embedder = Embedder(**{k: v for k, v in self.embedder.items() if k != "_target_"})
         if not isinstance(self.embedder, Embedder):
             raise ValueError(f"embedder: expected an Embedder, got {type(self.embedder).__name__}")
         if not self.faiss_index:
