@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 
 from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError, DataError
-from ctxbench.generators import Generation, GenerationRequest, Generator
+from ctxbench.generators import GenerationRequest, Generator
 from ctxbench.generators.hf import HFGenerator, render_chat
 from ctxbench.generators.openai import OpenAIGenerator
 from ctxbench.generators.replay import ReplayGenerator

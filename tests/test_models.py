@@ -1,6 +1,5 @@
 """Model loading: source resolution, folders, GGUF with the dequantised cache, the real SmolLM2 offline."""
 
-import os
 
 import pytest
 import torch

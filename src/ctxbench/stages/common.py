@@ -8,8 +8,10 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ctxbench.datasets.base import Dataset, LoadedSource, Paths
+from ctxbench.errors import ConfigError
 from ctxbench.manifest import build_manifest, write_manifest
 from ctxbench.parts import build
+from ctxbench.prompts.icl import ICLTemplate
 
 
 def stage_paths(cfg: DictConfig) -> Paths:
@@ -24,3 +26,12 @@ def write_run_manifest(output_dir: str | Path, config: dict[str, Any], *, stage:
                        source: LoadedSource, n_examples: int, extra: Optional[dict[str, Any]] = None) -> Path:
     manifest = build_manifest(config, stage=stage, root=root, dataset=source.record(n_examples), extra=extra)
     return write_manifest(output_dir, manifest)
+
+
+def build_template(cfg: DictConfig) -> ICLTemplate:
+    """The ``template`` node as an ICLTemplate; its own checks become a ConfigError naming the key."""
+    try:
+        t = OmegaConf.to_object(cfg.template)
+    except Exception as exc:  # the template's checks (ValueError) arrive wrapped by OmegaConf
+        raise ConfigError(f"template: {getattr(exc, '__cause__', None) or exc}") from exc
+    return t if isinstance(t, ICLTemplate) else ICLTemplate(**t)

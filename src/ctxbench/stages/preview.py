@@ -21,7 +21,7 @@ from ctxbench.parts import build
 from ctxbench.prompts.icl import ICLTemplate, ModelPrompt
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import example_rows, load_pool
-from ctxbench.stages.common import build_dataset, stage_paths
+from ctxbench.stages.common import build_dataset, build_template, stage_paths
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +61,6 @@ def format_record(rec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _template(cfg: DictConfig) -> ICLTemplate:
-    try:
-        t = OmegaConf.to_object(cfg.template)
-    except Exception as exc:  # the template's own checks (ValueError) arrive wrapped by OmegaConf
-        raise ConfigError(f"template: {getattr(exc, '__cause__', None) or exc}") from exc
-    return t if isinstance(t, ICLTemplate) else ICLTemplate(**t)
-
-
 def preview_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     from ctxbench.models.causal_lm import load_causal_lm, load_tokenizer
 
@@ -77,7 +69,7 @@ def preview_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         raise ConfigError(f"n={cfg.n}: must be >= 1")
     dataset = build_dataset(cfg)
     retriever = build(cfg.retriever, "retriever", Retriever)
-    template = _template(cfg)
+    template = build_template(cfg)
     model_cfg = OmegaConf.to_object(cfg.model)
     local = model_cfg.backend == "hf"
     tokenizer = None

@@ -33,21 +33,13 @@ from ctxbench.sampling.attach import attach_spans
 from ctxbench.sampling.boxed import split_boxed_generation
 from ctxbench.sampling.cache import SampleCache, Shard, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
-from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
+from ctxbench.stages.common import build_dataset, build_template, stage_paths, write_run_manifest
 
 log = logging.getLogger(__name__)
 
 
 def cache_path(cfg: DictConfig, dataset_name: str) -> Path:
     return Path(cfg.cache) if cfg.cache else Path(cfg.paths.samples_dir) / f"{dataset_name}.jsonl"
-
-
-def template_of(cfg: DictConfig) -> ICLTemplate:
-    try:
-        t = OmegaConf.to_object(cfg.template)
-    except Exception as exc:  # the template's own checks (ValueError) arrive wrapped by OmegaConf
-        raise ConfigError(f"template: {getattr(exc, '__cause__', None) or exc}") from exc
-    return t if isinstance(t, ICLTemplate) else ICLTemplate(**t)
 
 
 def settings_record(cfg: DictConfig, source_sha: str, pool_path: Path, parts: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +107,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     retriever = build(cfg.retriever, "retriever", Retriever)
     generator = build(cfg.generator, "generator", Generator)
     judge = build(cfg.judge, "judge", Judge)
-    template = template_of(cfg)
+    template = build_template(cfg)
     try:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
