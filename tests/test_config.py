@@ -217,14 +217,15 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
 
 
 @pytest.mark.slow
-def test_stages_refuse_to_fake_unimplemented_work(tmp_path, morehopqa_path):
-    args = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "max_examples=2",
-            f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
-    out = _cli("sample_and_filter.py", *args, "dry_run=true")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["dataset"]["examples"] == 2
+def test_sample_stage_dry_run_from_the_cli(tmp_path, morehopqa_path):
+    args = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "max_examples=2", "dry_run=true",
+            f"paths.model_cache_dir={ROOT / '.cache'}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("sample_and_filter.py", *args)
-    assert out.returncode == 3 and "NOT YET IMPLEMENTED" in out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr[-3000:]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["dataset"]["examples"] == 150 and manifest["cache"] == str(tmp_path / "samples" / "morehopqa.jsonl")
+    assert not (tmp_path / "samples").exists()  # a dry run writes no cache
 
 
 @pytest.mark.slow

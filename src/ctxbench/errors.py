@@ -38,7 +38,3 @@ class ConfigError(UserError, ValueError):
 
 class ExampleRefused(UserError, ValueError):
     """The example (or the whole dataset) cannot be scored as configured; the message says why."""
-
-
-class NotYetImplementedError(NotImplementedError):
-    """A stage step that a later milestone adds. Raised instead of writing placeholder results."""

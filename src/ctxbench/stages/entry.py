@@ -1,11 +1,10 @@
-"""What the thin @hydra.main entries share: schema registration, the config folder, the output dir, and the exits:
-a user error (bad data, config or path) is one line on stderr and exit code 2, a step that is not implemented yet exit
-code 3; ``HYDRA_FULL_ERROR=1`` shows the traceback instead."""
+"""What the thin @hydra.main entries share: schema registration, the config folder, the output dir, and the exit of a
+user error (bad data, config or path): one line on stderr and exit code 2; ``HYDRA_FULL_ERROR=1`` shows the traceback
+instead."""
 
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -14,12 +13,10 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ctxbench.errors import NotYetImplementedError, UserError
+from ctxbench.errors import UserError
 
-log = logging.getLogger("ctxbench")
 
 EXIT_USER_ERROR = 2
-EXIT_NOT_IMPLEMENTED = 3
 
 
 @contextmanager
@@ -38,12 +35,8 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
     from hydra.core.hydra_config import HydraConfig
 
     output_dir = HydraConfig.get().runtime.output_dir
-    try:
-        with user_errors():
-            return stage(cfg, output_dir)
-    except NotYetImplementedError as exc:
-        log.error("NOT YET IMPLEMENTED: %s", exc)
-        sys.exit(EXIT_NOT_IMPLEMENTED)
+    with user_errors():
+        return stage(cfg, output_dir)
 
 
 def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], object]:
