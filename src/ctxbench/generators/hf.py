@@ -36,7 +36,8 @@ def render_chat(tokenizer, messages: list, *, enable_thinking: Optional[bool] = 
 @dataclass
 class HFGenerator(Generator):
     """Batched local generation. ``batch_size``: requests per forward batch; ``max_new_tokens``; ``temperature`` 0 =
-    greedy, > 0 = sampling with ``top_p`` and ``seed``; ``enable_thinking``: passed to chat templates that read it
+    greedy, > 0 = sampling with ``top_p`` and ``seed``; ``repetition_penalty``: transformers' penalty on tokens already
+    in the sequence (1.0 = none; small models loop without it); ``enable_thinking``: passed to chat templates that read it
     (Qwen3), None = the template's default; ``progress``: a tqdm bar over batches."""
 
     name: ClassVar[str] = "hf"
@@ -46,6 +47,7 @@ class HFGenerator(Generator):
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    repetition_penalty: float = 1.0
     enable_thinking: Optional[bool] = None
     progress: bool = False
 
@@ -58,6 +60,8 @@ class HFGenerator(Generator):
             raise ValueError(f"temperature={self.temperature} must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0")
         self._lm = None
 
     def bind(self, loaded_lm: Any) -> None:
@@ -138,6 +142,7 @@ class HFGenerator(Generator):
         gen_cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=sample,
                                    temperature=self.temperature if sample else None,
                                    top_p=self.top_p if sample else None, top_k=None,
+                                   repetition_penalty=self.repetition_penalty,
                                    eos_token_id=stops or None, pad_token_id=pad)
         device = lm.device if lm.device is not None else next(lm.model.parameters()).device
         seqs = lm.model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
