@@ -1,7 +1,7 @@
 """IFR accuracy and speed on SmolLM2-135M (CPU): float32 against the float64 engine, before and after a change.
 
     python bench/bench_ifr_precision.py [--lengths 1000 2000 4000] [--gen-tokens 300] [--before REV] [--repeats 2]
-                                        [--rows 8] [--target generate|text] [--json out.json]
+                                        [--rows 8] [--target generate|text] [--json out.json] [--arith-repeats N]
 
 For each prompt length: a MoreHopQA prompt (the question's own paragraphs in the middle of distractor paragraphs, then
 the question) in the Table-1 chat format, followed by a generation of about ``--gen-tokens`` tokens (``generate``:
@@ -18,11 +18,13 @@ float64). Errors are over the prompt columns of the written row(s):
 - ``top10``: the ten largest prompt weights are the same tokens (for per-token rows: in every row).
 
 Times are the whole ``attribute`` call (capture included), the minimum over interleaved repeats, divided by the
-minimum time of one forward pass with attentions (eager, ``output_attentions=True``, as bench_attribution.py); ``arith``
+minimum time of one plain forward pass of the same model (eager, as loaded for attribution, LM head included, no
+attentions returned: all layers' attentions would take 19 GiB at 4k tokens in float32); ``arith``
 is the part after the capture pass (``timings["attribution"]``), where the IFR arithmetic is. With
 ``--before REV`` the same measurements are made with the package as it was at git revision REV (extracted once under
 .cache/bench_ifr_precision/ and imported as ``ctxbench_before``), in the same process and interleaved, so that both see
-the same machine load.
+the same machine load. ``--arith-repeats N`` times only the IFR arithmetic on a fixed capture (many cheap repeats: on a
+shared machine the whole-method times above are noisy).
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ def bench_length(args, models, tok, impls, n_prompt):
     def fwd(model):
         t0 = time.perf_counter()
         with torch.no_grad():
-            model(ids, output_attentions=True)
+            model(ids, use_cache=False)
         return time.perf_counter() - t0
 
     t64_fwd = fwd(m64)
@@ -223,7 +225,7 @@ def bench_length(args, models, tok, impls, n_prompt):
 
 
 def print_table(results, keys):
-    print("\nerror against float64 over the prompt columns; time = attribute() / one forward pass with attentions; "
+    print("\nerror against float64 over the prompt columns; time = attribute() / one forward pass; "
           "arith = the part after the capture pass")
     print(f"{'tokens':>13} {'method':20} {'code':7} {'err/max':>8} {'median':>8} {'p99':>8} {'top10':>5} "
           f"{'time/fwd':>8} {'arith/fwd':>9}  (s, arith s)")
@@ -237,7 +239,46 @@ def print_table(results, keys):
             f64 = row["float64"]
             print(f"{'':13} {name:20} {'float64':7} {'':35} {f64['per_forward64']:8.2f}  ({f64['s']:.1f}, "
                   f"per float64 forward)")
-        print(f"{'':13} forward with attentions: {res['forward_s']:.2f} s (float64 {res['forward64_s']:.2f} s)")
+        print(f"{'':13} forward pass: {res['forward_s']:.2f} s (float64 {res['forward64_s']:.2f} s)")
+
+
+def arith_length(args, model, tok, impls, n_prompt):
+    """The arithmetic alone, on one capture per implementation (the capture pass is the same code before and after):
+    span IFR over the sink, a weighted span IFR over the chain of thought (one hop), per-token IFR on the sampled rows;
+    ``--arith-repeats`` interleaved repeats, minimum kept."""
+    mi, sink, think = make_input(model, tok, n_prompt, args.gen_tokens, args.target)
+    g0 = mi.gen_start
+    s_rows = torch.arange(g0 + sink[0], g0 + sink[1] + 1)
+    t_rows = torch.arange(g0 + think[0], g0 + think[1] + 1)
+    rows = torch.as_tensor(np.unique(np.linspace(0, mi.G - 2, args.rows).round().astype(int))) + g0
+    caps = {k: mod.capture(model, mi.input_ids, g0, forward_attn_impl="sdpa") for k, mod in impls.items()}
+    w = impls["after"].span_ifr(caps["after"], s_rows)[t_rows]
+    ops = {"span_ifr(sink)": lambda mod, cap: mod.span_ifr(cap, s_rows),
+           "span_ifr(CoT, weighted)": lambda mod, cap: mod.span_ifr(cap, t_rows, w),
+           f"per_token_ifr({rows.numel()} rows)": lambda mod, cap: mod.per_token_ifr(cap, rows)}
+    ids = mi.input_ids[None]
+    t_fwd, t = [], {}
+    for _ in range(args.arith_repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model(ids, use_cache=False)
+        t_fwd.append(time.perf_counter() - t0)
+        for op, fn in ops.items():
+            for key, mod in impls.items():
+                t0 = time.perf_counter()
+                fn(mod, caps[key])
+                t.setdefault((op, key), []).append(time.perf_counter() - t0)
+    tf = min(t_fwd)
+    print(f"\n== arithmetic only: prompt {mi.P} + generated {mi.G} tokens; forward pass {tf:.2f} s; "
+          f"minimum of {args.arith_repeats} interleaved repeats")
+    out = {"P": mi.P, "G": mi.G, "forward_s": tf, "ops": {}}
+    for op in ops:
+        line = {k: min(t[op, k]) for k in impls}
+        out["ops"][op] = line
+        cells = "  ".join(f"{k} {v:7.2f} s ({v / tf:.2f} fwd)" for k, v in line.items())
+        ratio = f"  after/before {line['after'] / line['before']:.3f}" if "before" in line else ""
+        print(f"{op:28s} {cells}{ratio}")
+    return out
 
 
 def main():
@@ -250,6 +291,8 @@ def main():
     ap.add_argument("--before", default=None, help="git revision of the code to compare with")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--arith-repeats", type=int, default=0,
+                    help="only time the IFR arithmetic on a fixed capture, with this many repeats (no float64 model)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -263,6 +306,11 @@ def main():
         print(f"before = {sha}")
     impls["after"] = current
     m32 = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
+    if args.arith_repeats:
+        res = [arith_length(args, m32.model, m32.tokenizer, impls, n) for n in args.lengths]
+        if args.json:
+            Path(args.json).write_text(json.dumps({"args": vars(args), "arith": res}, indent=1))
+        return
     m64 = load_causal_lm(ModelConfig(device="cpu", dtype="float64"), need_attentions=True, cache_dir=ROOT / ".cache")
     print(f"SmolLM2-135M on CPU, torch threads {torch.get_num_threads()}, floor {FLOOR:g} of the vector max")
     results = []
