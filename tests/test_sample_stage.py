@@ -177,31 +177,46 @@ def test_resume_after_a_kill(tmp_path, sig):
 
 
 @pytest.mark.slow
-def test_smollm2_samples_ruler_rows_that_run_exp_explains(tmp_path):
-    """The two-stage flow: SmolLM2 writes CoT + box for 4 RULER rows with worked examples, run_exp explains the cache."""
+def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
+    """The two-stage flow on 4 RULER rows. SmolLM2 generates through the stage (its rows are counted, logged and
+    judged; at 135M parameters it rarely uses the box, see the README), then replayed chain-of-thought answers make the
+    cache that run_exp explains with SmolLM2: spans cached, a thinking span to hop through."""
+    common = [f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
+              "dataset=niah_single_1", "length=512", "dataset.num_samples=4", "progress=false"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="sample", overrides=[
-            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
-            f"paths.data_dir={tmp_path / 'data'}", "dataset=niah_single_1", "length=512", "dataset.num_samples=4",
-            "retriever=fixk", "retriever.fix_id_list=[0,1]", "generator.max_new_tokens=96", "generator.batch_size=4",
-            "progress=false"])
-    out = sample_stage(cfg, tmp_path / "sample")
-    print("\nfunnel (niah_single_1, 4 rows):", json.dumps(out))
+        cfg = compose(config_name="sample", overrides=common + [
+            f"paths.samples_dir={tmp_path / 'hf'}", "generator.max_new_tokens=48", "generator.batch_size=4"])
+    out = sample_stage(cfg, tmp_path / "sample_hf")
+    print("\nSmolLM2 funnel (niah_single_1, 4 rows):", json.dumps(out))
     assert out["processed"] == 4 and out["generated"] == 4
-    assert out["well_formed"] >= 2, "the worked examples should bring SmolLM2 to the box format"
-    cache = tmp_path / "samples" / "niah_single_1.jsonl"
-    if out["kept"] == 0:
-        pytest.fail(f"no generation was judged correct: {out}")
+    assert out["kept"] + sum(out["rejections"].values()) == 4  # every row kept or rejected for a counted reason
+    log = [json.loads(line) for line in log_path(tmp_path / "hf" / "niah_single_1.jsonl").read_text().splitlines()]
+    assert all(x["generation"]["text"] for x in log if "id" in x)  # real text was generated for every row
+
+    from ctxbench.datasets import Paths, RulerTask
+
+    _, rows = RulerTask(name="niah_single_1", length=512, num_samples=4).load(Paths(data_dir=str(tmp_path / "data")))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": r.example_id, "response": (
+        "The text hides one special magic number for the key in the question, and I look for the sentence naming "
+        "that key. \\box{The special magic number is " + r.metadata["outputs"][0] + ".}")}) + "\n" for r in rows))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="sample", overrides=common + [
+            f"paths.samples_dir={tmp_path / 'samples'}", "generator=replay", f"generator.path={answers}"])
+    out = sample_stage(cfg, tmp_path / "sample")
+    assert out["kept"] == 4, out
     from ctxbench.stages.run import run_stage
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        run_cfg = compose(config_name="run", overrides=[
-            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
-            f"paths.data_dir={tmp_path / 'data'}", "dataset=niah_single_1", "length=512", "views=[seq]",
-            "attribution=[ifr_multi_hop,random]", "mode=[faithfulness,recovery]", "progress=false", "heatmaps=0"])
+        run_cfg = compose(config_name="run", overrides=common + [
+            f"paths.samples_dir={tmp_path / 'samples'}", "views=[seq]", "attribution=[ifr_multi_hop,random]",
+            "mode=[faithfulness,recovery]", "heatmaps=0", "max_examples=4"])
     summary = run_stage(run_cfg, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["dataset"]["kind"] == "cache" and manifest["dataset"]["path"] == str(cache)
-    assert summary["ifr_multi_hop"]["examples"] == out["kept"]
+    assert manifest["dataset"]["kind"] == "cache"
+    assert manifest["dataset"]["path"] == str(tmp_path / "samples" / "niah_single_1.jsonl")
+    assert summary["ifr_multi_hop"]["examples"] == 4
     rec = json.loads((tmp_path / "run" / "results.jsonl").read_text().splitlines()[0])
     assert rec["spans"] == "cached" and rec["thinking_span"] is not None  # a chain of thought to hop through
+    ifr, rnd = (summary[m]["recovery"]["seq"]["recall"]["mean"] for m in ("ifr_multi_hop", "random"))
+    assert ifr > rnd, "multi-hop IFR through the chain of thought should find the needle better than chance"
