@@ -19,8 +19,9 @@ float64). Errors are over the prompt columns of the written row(s):
 
 Times are the whole ``attribute`` call (capture included), the minimum over interleaved repeats, divided by the
 minimum time of one plain forward pass of the same model (eager, as loaded for attribution, LM head included, no
-attentions returned: all layers' attentions would take 19 GiB at 4k tokens in float32); ``arith``
-is the part after the capture pass (``timings["attribution"]``), where the IFR arithmetic is. With
+attentions returned: all layers' attentions would take 19 GiB at 4k tokens in float32). ``--cpu-time --threads 1``
+counts this process's CPU seconds on one thread instead of wall-clock seconds: on a machine shared with other jobs the
+wall-clock minimum still varies by tens of percent, the CPU time by a few. With
 ``--before REV`` the same measurements are made with the package as it was at git revision REV (extracted once under
 .cache/bench_ifr_precision/ and imported as ``ctxbench_before``), in the same process and interleaved, so that both see
 the same machine load. ``--arith-repeats N`` times only the IFR arithmetic on a fixed capture (many cheap repeats: on a
@@ -157,24 +158,30 @@ def summarise(pairs) -> dict:
             "top10": all(tops), "n": int(rel.size)}
 
 
+def clock() -> float:
+    """Wall-clock seconds, or this process's CPU seconds with --cpu-time (steadier on a shared machine)."""
+    return time.process_time() if CPU_TIME else time.perf_counter()
+
+
+CPU_TIME = False
+
+
 def run_method(mod, name, model, tok, mi, sink, think, rows):
-    """Prompt-column vectors of one method (list of rows), its seconds, and the seconds after the capture pass."""
+    """Prompt-column vectors of one method (list of rows) and its seconds."""
     P = mi.P
-    t0 = time.perf_counter()
+    t0 = clock()
     if name == "per_token_rows":
         cap = mod.capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
-        t1 = time.perf_counter()
         M = mod.per_token_ifr(cap, torch.as_tensor(rows) + mi.gen_start)
         out = M[:, mi.prompt_positions].double().numpy()
-        t2 = time.perf_counter()
-        return list(out), t2 - t0, t2 - t1
+        return list(out), clock() - t0
     cls = {"ifr_span": mod.SpanIFRAttributor, "ifr_multi_hop": mod.MultiHopIFRAttributor,
            "ifr_multi_hop_both": mod.MultiHopBothAttributor}[name]
     att = cls() if name == "ifr_span" else cls(hops=1)
     res = att.attribute(model, tok, mi, sink, think)
-    dt = time.perf_counter() - t0
+    dt = clock() - t0
     r = int(res.rows_written[0])
-    return [res.matrix[r, :P].astype(np.float64)], dt, res.timings["attribution"]
+    return [res.matrix[r, :P].astype(np.float64)], dt
 
 
 METHODS = ("ifr_span", "ifr_multi_hop", "ifr_multi_hop_both", "per_token_rows")
@@ -190,25 +197,24 @@ def bench_length(args, models, tok, impls, n_prompt):
     cur = impls["after"]
     ref, t_ref = {}, {}
     for name in METHODS:
-        ref[name], t_ref[name], _ = run_method(cur, name, m64, tok, mi, sink, think, rows)
+        ref[name], t_ref[name] = run_method(cur, name, m64, tok, mi, sink, think, rows)
     ids = mi.input_ids[None]
 
     def fwd(model):
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.no_grad():
             model(ids, use_cache=False)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     t64_fwd = fwd(m64)
     fwd(m32)  # warm-up
-    t_fwd, times, arith, vecs = [], {(k, n): [] for k in impls for n in METHODS}, {}, {}
+    t_fwd, times, vecs = [], {(k, n): [] for k in impls for n in METHODS}, {}
     for _ in range(args.repeats):
         t_fwd.append(fwd(m32))
         for name in METHODS:
             for key, mod in impls.items():
-                v, dt, da = run_method(mod, name, m32, tok, mi, sink, think, rows)
+                v, dt = run_method(mod, name, m32, tok, mi, sink, think, rows)
                 times[key, name].append(dt)
-                arith.setdefault((key, name), []).append(da)
                 vecs[key, name] = v
     tf = min(t_fwd)
     out = {"P": mi.P, "T": int(mi.input_ids.numel()), "G": G, "forward_s": tf, "forward64_s": t64_fwd,
@@ -217,25 +223,23 @@ def bench_length(args, models, tok, impls, n_prompt):
         row = {"float64": {"s": t_ref[name], "per_forward64": t_ref[name] / t64_fwd}}
         for key in impls:
             s = summarise(zip(vecs[key, name], ref[name]))
-            s.update(s=min(times[key, name]), per_forward=min(times[key, name]) / tf,
-                     arith_s=min(arith[key, name]), arith_per_forward=min(arith[key, name]) / tf)
+            s.update(s=min(times[key, name]), per_forward=min(times[key, name]) / tf)
             row[key] = s
         out["methods"][name] = row
     return out
 
 
 def print_table(results, keys):
-    print("\nerror against float64 over the prompt columns; time = attribute() / one forward pass; "
-          "arith = the part after the capture pass")
+    print(f"\nerror against float64 over the prompt columns; time = attribute() / one forward pass "
+          f"({'CPU' if CPU_TIME else 'wall'} seconds)")
     print(f"{'tokens':>13} {'method':20} {'code':7} {'err/max':>8} {'median':>8} {'p99':>8} {'top10':>5} "
-          f"{'time/fwd':>8} {'arith/fwd':>9}  (s, arith s)")
+          f"{'time/fwd':>8}  (s)")
     for res in results:
         for name, row in res["methods"].items():
             for key in keys:
                 s = row[key]
                 print(f"{res['P']:>6}+{res['G']:<6} {name:20} {key:7} {s['err_max']:8.1e} {s['med']:8.1e} "
-                      f"{s['p99']:8.1e} {str(s['top10']):>5} {s['per_forward']:8.2f} {s['arith_per_forward']:9.2f}  "
-                      f"({s['s']:.1f}, {s['arith_s']:.1f})")
+                      f"{s['p99']:8.1e} {str(s['top10']):>5} {s['per_forward']:8.2f}  ({s['s']:.1f})")
             f64 = row["float64"]
             print(f"{'':13} {name:20} {'float64':7} {'':35} {f64['per_forward64']:8.2f}  ({f64['s']:.1f}, "
                   f"per float64 forward)")
@@ -259,17 +263,18 @@ def arith_length(args, model, tok, impls, n_prompt):
     ids = mi.input_ids[None]
     t_fwd, t = [], {}
     for _ in range(args.arith_repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.no_grad():
             model(ids, use_cache=False)
-        t_fwd.append(time.perf_counter() - t0)
+        t_fwd.append(clock() - t0)
         for op, fn in ops.items():
             for key, mod in impls.items():
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn(mod, caps[key])
-                t.setdefault((op, key), []).append(time.perf_counter() - t0)
+                t.setdefault((op, key), []).append(clock() - t0)
     tf = min(t_fwd)
-    print(f"\n== arithmetic only: prompt {mi.P} + generated {mi.G} tokens; forward pass {tf:.2f} s; "
+    print(f"\n== arithmetic only: prompt {mi.P} + generated {mi.G} tokens; forward pass {tf:.2f} s "
+          f"({'CPU' if CPU_TIME else 'wall'}); "
           f"minimum of {args.arith_repeats} interleaved repeats")
     out = {"P": mi.P, "G": mi.G, "forward_s": tf, "ops": {}}
     for op in ops:
@@ -291,9 +296,13 @@ def main():
     ap.add_argument("--before", default=None, help="git revision of the code to compare with")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time with this process's CPU seconds instead of wall-clock ones (use with --threads 1)")
     ap.add_argument("--arith-repeats", type=int, default=0,
                     help="only time the IFR arithmetic on a fixed capture, with this many repeats (no float64 model)")
     args = ap.parse_args()
+    global CPU_TIME
+    CPU_TIME = args.cpu_time
     if args.threads:
         torch.set_num_threads(args.threads)
 

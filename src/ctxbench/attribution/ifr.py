@@ -99,9 +99,20 @@ class LayerView:
         return self._compute_f(j0, j1)
 
     def _compute_f(self, j0: int, j1: int) -> torch.Tensor:
+        return torch.einsum("jhk,hkd->hjd", self.values()[j0:j1], self._O)
+
+    def values(self) -> torch.Tensor:
         if self._values is None:
             self._values = self.ad.values(self.li, self.lc.h[:self.n_src])  # (N, H, dh): small next to f
-        return torch.einsum("jhk,hkd->hjd", self._values[j0:j1], self._O)
+        return self._values
+
+    def head_dots(self, j0: int, j1: int, s: torch.Tensor) -> torch.Tensor:
+        """``f_j^h . s`` for sources j0..j1-1 without reading f: ``v_j^h . (W_O^h s)``. s (d,) -> (H, J);
+        s (R, d) -> (R, H, J)."""
+        v = self.values()[j0:j1]  # (J, H, dh)
+        if s.dim() == 1:
+            return torch.einsum("jhk,hk->hj", v, self._O @ s)
+        return torch.einsum("jhk,hkr->rhj", v, self._O @ s.T)
 
     def x_mid(self, rows):
         return self.lc.x_mid[rows - self.cap.row_start]
@@ -155,7 +166,7 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
         for j0 in range(0, n_src, step):
             j1 = min(n_src, j0 + step)
             f, a = lv.head_outputs(j0, j1), abar[:, j0:j1]  # (H, J, d), (H, J)
-            p = a * (f @ sg.s)  # s . c_j^h with c_j^h = abar_j^h f_j^h
+            p = a * lv.head_dots(j0, j1, sg.s)  # s . c_j^h with c_j^h = abar_j^h f_j^h
             over = torch.addcmul(-x_s, a[..., None], f).clamp_(sg.lo, sg.hi)  # c - x_S where c overshoots x_S
             p.sub_(over @ sg.s, alpha=2.0).clamp_min_(0.0)
             numer[j0:j1] = _threshold(p, cfg.tau).sum(0)
@@ -191,7 +202,7 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
                 j1 = min(top, j0 + step)
                 f, a = lv.head_outputs(j0, j1), alpha[:, :, j0:j1]  # (H, J, d), (R, H, J)
                 J = j1 - j0
-                p = a * torch.einsum("hjd,rd->rhj", f, sg.s)  # s_i . c_ij^h: one matrix product
+                p = a * lv.head_dots(j0, j1, sg.s)  # s_i . c_ij^h
                 # (R, H, J, d) block of c - x_mid, clamped to where c overshoots x_mid; kept under chunk_elems elements
                 over = torch.addcmul(neg_xm, a[..., None], f[None], out=xm.new_empty(R, H, J, d)).clamp_(lo, hi)
                 p.sub_(torch.bmm(over.view(R, H * J, d), s_col).view(R, H, J), alpha=2.0).clamp_min_(0.0)
