@@ -156,8 +156,10 @@ def test_resume_after_a_kill(tmp_path, sig):
             f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
             "generator=slow", "chunk=1", "progress=false", "dataset.name=morehopqa"]
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "plug")}
+    # SIGINT may be ignored by whatever started the tests (a background shell): restore its default in the child
     proc = subprocess.Popen(args + [f"hydra.run.dir={tmp_path / 'run1'}"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while time.time() < deadline:  # wait until some rows are processed, then kill mid-run
         if log_path(cache).exists() and len(log_path(cache).read_text().splitlines()) >= 8:
