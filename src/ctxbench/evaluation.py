@@ -108,7 +108,8 @@ def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: d
         record = {"example_id": prepared.example.example_id, "method": name, "P": mi.P, "G": mi.G,
                   "sink_span": prepared.sink_span, "thinking_span": prepared.thinking_span,
                   "spans": prepared.notes.get("spans"), "attribution_s": float(result.timings.get("total", 0.0)),
-                  "attribution_timings": {k: float(v) for k, v in result.timings.items()}}
+                  "attribution_timings": {k: float(v) for k, v in result.timings.items()},
+                  "attribution_info": result.info}
         timings = {}
         for mode, scorer in scorers.items():
             t0 = time.perf_counter()

@@ -27,6 +27,8 @@ class AttributionResult:
     stop tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True
     for prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens).
     ``observation_mask``: (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``, ``total``).
+    ``info``: facts a method reports per example (e.g. ContextCite's ablation count and held-out R^2), JSON-ready;
+    the run stage records them as ``attribution_info``.
     """
 
     matrix: np.ndarray
@@ -41,6 +43,7 @@ class AttributionResult:
     rows_written: Optional[np.ndarray] = None  # generated-token indices whose row is filled
     timings: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
 
     @property
     def prompt_matrix(self) -> np.ndarray:

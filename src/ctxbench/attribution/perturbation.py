@@ -1,0 +1,182 @@
+"""Sentence-level feature ablation (docs/attribution.md, "Perturbation"), and the sentence units and batched ablation
+passes it shares with ContextCite.
+
+A *unit* is a sentence of the prompt tokens or of the generated tokens (the EOS on its own); ablating a unit replaces
+its tokens by the pad id (the EOS id, as the faithfulness deletions do). One teacher-forced pass of an ablated input
+gives the log-probability of every generated token at once, so a unit costs one pass for all generated sentences.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from typing import ClassVar, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ctxbench.attribution.base import AttributionResult, Attributor
+from ctxbench.datasets.sentences import split_sentences
+from ctxbench.metrics.faithfulness import _accepts_logits_to_keep
+from ctxbench.models.attention import attention_kernel
+from ctxbench.tokens import eos_id, eos_ids
+
+OBJECTIVES = ("logprob", "kl")
+SPREADS = ("copy", "share")
+
+
+# --- sentence units ---------------------------------------------------------------------------------------------
+
+def token_sentences(tokenizer, ids: Sequence[int]) -> list[np.ndarray]:
+    """Split consecutive tokens into sentences: indices into ``ids``, in order, covering every token once.
+
+    The tokens are decoded one by one (each after its predecessor, so SentencePiece's word-initial spaces survive),
+    the text is split by ``split_sentences``, and a token belongs to the sentence in which its first non-blank
+    character lies; blank tokens stay with the sentence before them.
+    """
+    ids = [int(i) for i in ids]
+    if not ids:
+        return []
+    pieces, starts, pos = [], [], 0
+    for k, i in enumerate(ids):
+        if k == 0:
+            piece = tokenizer.decode([i])
+        else:
+            prev = tokenizer.decode([ids[k - 1]])
+            piece = tokenizer.decode([ids[k - 1], i])[len(prev):]
+        lead = len(piece) - len(piece.lstrip())
+        starts.append(pos + (lead if piece.strip() else 0))
+        pieces.append(piece)
+        pos += len(piece)
+    sent_starts = [a for a, _ in split_sentences("".join(pieces))]
+    owner = np.array([max(0, bisect.bisect_right(sent_starts, s) - 1) for s in starts])
+    return [np.flatnonzero(owner == u) for u in np.unique(owner)]
+
+
+@dataclass(frozen=True)
+class SentenceUnits:
+    """``prompt[u]``: prompt-token indices (0..P-1) of prompt sentence u; ``generated[g]``: generated-token indices
+    (0..G-1) of generated sentence g, a final EOS token being a sentence of its own."""
+
+    prompt: list[np.ndarray]
+    generated: list[np.ndarray]
+
+    @classmethod
+    def of(cls, tokenizer, ctx) -> "SentenceUnits":
+        ids = ctx.input_ids.detach().cpu()
+        gen = ids[ctx.gen_start:].tolist()
+        ends_in_eos = gen[-1] in eos_ids(tokenizer)
+        body = gen[:-1] if ends_in_eos else gen
+        generated = token_sentences(tokenizer, body)
+        if ends_in_eos:
+            generated.append(np.array([len(gen) - 1]))
+        return cls(prompt=token_sentences(tokenizer, ids[ctx.prompt_positions.cpu()].tolist()), generated=generated)
+
+    def prompt_positions(self, ctx, u: int) -> torch.Tensor:
+        return ctx.prompt_positions[torch.as_tensor(self.prompt[u], device=ctx.prompt_positions.device)]
+
+    def generated_positions(self, ctx, g: int) -> torch.Tensor:
+        return ctx.gen_start + torch.as_tensor(self.generated[g], device=ctx.input_ids.device)
+
+
+# --- batched ablation passes ------------------------------------------------------------------------------------
+
+def _next_token_logits(model, seqs: torch.Tensor, gen_start: int, keep: bool) -> torch.Tensor:
+    """float32 logits (B, G, V) at the positions that predict the generated tokens (the last token is not fed)."""
+    g = seqs.shape[1] - gen_start
+    inputs = seqs[:, :-1]
+    logits = model(input_ids=inputs, logits_to_keep=g).logits if keep else model(input_ids=inputs).logits
+    return logits[:, -g:, :].float()  # float32: fp16/bf16 would underflow small probabilities
+
+
+@torch.inference_mode()
+def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablations: Sequence[torch.Tensor],
+                         pad_id: int, batch_size: int, objective: str = "logprob",
+                         attn_implementation: Optional[str] = "sdpa") -> tuple[np.ndarray, np.ndarray]:
+    """Score every generated token under each ablation (a tensor of absolute positions set to ``pad_id``).
+
+    Returns ``(reference, scores)``, float64: ``reference`` (G,) is log p(y_t) of the intact input and ``scores``
+    (N, G) is, per ablation, log p(y_t) (``objective="logprob"``) or KL(p_intact || p_ablated) of the next-token
+    distributions at the position predicting y_t (``"kl"``). ``batch_size`` ablated inputs share a forward pass.
+    """
+    ids = input_ids.reshape(-1)
+    targets = ids[gen_start:]
+    keep = _accepts_logits_to_keep(model)
+    out = np.empty((len(ablations), targets.numel()), dtype=np.float64)
+    with attention_kernel(model, attn_implementation):
+        ref_logp = torch.log_softmax(_next_token_logits(model, ids[None], gen_start, keep)[0], dim=-1)  # (G, V)
+        reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
+        for lo in range(0, len(ablations), batch_size):
+            chunk = ablations[lo:lo + batch_size]
+            seqs = ids.repeat(len(chunk), 1)
+            for row, pos in enumerate(chunk):
+                seqs[row, pos] = pad_id
+            logp = torch.log_softmax(_next_token_logits(model, seqs, gen_start, keep), dim=-1)  # (B, G, V)
+            if objective == "kl":
+                val = (ref_logp.exp() * (ref_logp - logp)).sum(-1)
+            else:
+                val = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0]
+            out[lo:lo + len(chunk)] = val.double().cpu().numpy()
+    return reference, out
+
+
+def spread(score: np.ndarray, cols: np.ndarray, how: str) -> np.ndarray:
+    """A unit's score on each of its tokens: the same value (``copy``) or an equal share of it (``share``)."""
+    return score if how == "copy" else score / len(cols)
+
+
+def check_choice(method: str, name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{method}: {name}={value!r}, expected one of {list(allowed)}")
+
+
+def check_batch_size(method: str, batch_size: int) -> None:
+    if batch_size < 1:
+        raise ValueError(f"{method}: batch_size must be >= 1, got {batch_size}")
+
+
+# --- the method -------------------------------------------------------------------------------------------------
+
+@dataclass
+class PerturbationAttributor(Attributor):
+    """Leave-one-sentence-out over the prompt's and the generation's sentences.
+
+    Row t (generated token t, in generated sentence g) gets, on the tokens of every prompt sentence and of every
+    generated sentence before g, the drop of log p(y_t) when that sentence is replaced by the pad id
+    (``objective="logprob"``), or the KL divergence of the next-token distribution it causes (``"kl"``). ``spread``:
+    each token of the source sentence carries the whole score (``copy``, the reference) or an equal share (``share``).
+    ``batch_size`` ablated inputs per forward pass; ``forward_attn_impl`` the attention kernel of those passes.
+    """
+
+    method: ClassVar[str] = "perturbation"
+    objective: str = "logprob"
+    spread: str = "copy"
+    batch_size: int = 4
+    forward_attn_impl: Optional[str] = "sdpa"
+
+    def __post_init__(self):
+        check_choice(self.method, "objective", self.objective, OBJECTIVES)
+        check_choice(self.method, "spread", self.spread, SPREADS)
+        check_batch_size(self.method, self.batch_size)
+
+    def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        t0 = time.perf_counter()
+        units = SentenceUnits.of(tokenizer, ctx)
+        # Sources: every prompt sentence, then every generated sentence that has a later one to explain.
+        sources = [(units.prompt_positions(ctx, u), units.prompt[u], 0) for u in range(len(units.prompt))]
+        sources += [(units.generated_positions(ctx, g), ctx.P + units.generated[g], g + 1)
+                    for g in range(len(units.generated) - 1)]
+        reference, scores = ablated_token_scores(model, ctx.input_ids, ctx.gen_start, [s[0] for s in sources],
+                                                 eos_id(tokenizer), self.batch_size, self.objective,
+                                                 self.forward_attn_impl)
+        if self.objective == "logprob":
+            scores = reference[None, :] - scores
+        A = np.zeros((ctx.G, ctx.P + ctx.G), dtype=np.float32)
+        for (_, cols, first), row_scores in zip(sources, scores):
+            rows = np.concatenate(units.generated[first:])
+            A[np.ix_(rows, cols)] = spread(row_scores[rows], cols, self.spread)[:, None]
+        timings["attribution"] = time.perf_counter() - t0
+        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G),
+                                 info={"prompt_sentences": len(units.prompt),
+                                       "generated_sentences": len(units.generated), "ablations": len(sources)})
