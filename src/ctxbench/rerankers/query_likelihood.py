@@ -1,0 +1,167 @@
+"""``reranker=query_likelihood``: the offline default reranker, the causal LM of the ``model`` group as a scorer.
+
+score(query, passage) = mean over the query's tokens of log P(token | prompt, earlier query tokens), the prompt being
+``prompt`` with the passage in place of ``{passage}`` (default "Passage: {passage}\\nPlease write a question based on
+this passage.\\nQuestion: {query}"): how well the passage explains the question (query-likelihood ranking, as in
+Sachan et al.'s UPR and specs/offline-assets.md). The mean, not the sum, so long questions are not penalised.
+
+Tokens: the prompt's literal pieces, the passage (cut to ``passage_max_length`` tokens) and the query (cut to
+``query_max_length``) are tokenised apart, without special tokens, and joined; the spaces just before ``{passage}`` and
+``{query}`` go with the text that follows, so a BPE tokenizer reads " What" as in running text. Rows are sorted by
+length and run ``batch_size`` at a time; with ``padding_side`` left (default) every row ends at the last column, so the
+LM head runs only on the last (longest query + 1) positions; position ids follow the attention mask, so padding does
+not move a token's position. ``right`` padding never passes position ids (for model classes that ignore them). Either
+way a score equals the unpadded, unbatched one up to float rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ctxbench.files import safe_filename
+from ctxbench.rerankers.base import Pair, Reranker, check_pairs, check_positive
+from ctxbench.tokens import eos_ids
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "Passage: {passage}\nPlease write a question based on this passage.\nQuestion: {query}"
+PADDING_SIDES = ("left", "right")
+
+
+def split_prompt(prompt: str) -> tuple[str, str, str, str]:
+    """``(head, passage lead, middle, query lead)``: the text before ``{passage}`` without its trailing spaces, those
+    spaces (tokenised with the passage), the text between the slots without its trailing spaces, and those spaces
+    (tokenised with the query)."""
+    head, rest = prompt.split("{passage}")
+    middle = rest[:rest.index("{query}")]
+    head_core = head.rstrip(" ")
+    middle_core = middle.rstrip(" ")
+    return head_core, head[len(head_core):], middle_core, middle[len(middle_core):]
+
+
+def mean_query_logprobs(model, rows: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int,
+                        batch_size: int, padding_side: str = "left") -> np.ndarray:
+    """For each ``(context ids, query ids)`` row, the mean log-probability of the query ids given the context and the
+    earlier query ids, float64; rows run ``batch_size`` at a time, longest first."""
+    import torch
+
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"padding_side={padding_side!r}: expected left or right")
+    out = np.empty(len(rows), dtype=np.float64)
+    order = np.argsort([-(len(c) + len(q)) for c, q in rows], kind="stable")
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            sel = order[start:start + batch_size]
+            ctx = [list(rows[i][0]) for i in sel]
+            qry = [list(rows[i][1]) for i in sel]
+            lens = [len(c) + len(q) for c, q in zip(ctx, qry)]
+            width = max(lens)
+            ids = torch.full((len(sel), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(sel), width), dtype=torch.long)
+            # first[r]: the column whose logits predict row r's first query token
+            if padding_side == "left":
+                for r, (c, q) in enumerate(zip(ctx, qry)):
+                    ids[r, width - lens[r]:] = torch.tensor(c + q)
+                    mask[r, width - lens[r]:] = 1
+                extra = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0).to(device)}
+                first = [width - len(q) - 1 for q in qry]
+            else:
+                for r, (c, q) in enumerate(zip(ctx, qry)):
+                    ids[r, :lens[r]] = torch.tensor(c + q)
+                    mask[r, :lens[r]] = 1
+                extra = {}
+                first = [len(c) - 1 for c in ctx]
+            keep = width - min(first)  # the LM head runs on the last `keep` columns only
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep,
+                           **extra).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            offset = width - keep
+            for r, (i, q) in enumerate(zip(sel, qry)):
+                cols = torch.arange(first[r], first[r] + len(q), device=device) - offset
+                picked = logp[r, cols, torch.tensor(q, device=device)]
+                out[i] = picked.double().mean().item()
+    return out
+
+
+@dataclass
+class QueryLikelihoodReranker(Reranker):
+    """``prompt``: the scoring prompt with one ``{passage}`` and ``{query}`` at its end; ``batch_size``: rows per
+    forward pass; ``passage_max_length`` / ``query_max_length``: tokens kept of each (the passage's head, the query's
+    head); ``padding_side``: left | right (module doc)."""
+
+    prompt: str = DEFAULT_PROMPT
+    batch_size: int = 16
+    passage_max_length: int = 512
+    query_max_length: int = 128
+    padding_side: str = "left"
+
+    needs_model: ClassVar[bool] = True
+    kind: ClassVar[str] = "query_likelihood"
+
+    def __post_init__(self) -> None:
+        if self.prompt.count("{passage}") != 1 or self.prompt.count("{query}") != 1:
+            raise ValueError(f"prompt={self.prompt!r}: needs exactly one {{passage}} and one {{query}}")
+        if not self.prompt.endswith("{query}") or self.prompt.index("{passage}") > self.prompt.index("{query}"):
+            raise ValueError(f"prompt={self.prompt!r}: must end with {{query}}, after {{passage}} (the query's "
+                             f"tokens are the continuation scored)")
+        check_positive(self, "batch_size", "passage_max_length", "query_max_length")
+        if self.padding_side not in PADDING_SIDES:
+            raise ValueError(f"padding_side={self.padding_side!r}: expected left or right")
+        self._lm = None
+
+    def bind(self, loaded_lm: Any) -> None:
+        if loaded_lm is None or not hasattr(loaded_lm, "model") or not hasattr(loaded_lm, "tokenizer"):
+            raise ValueError("reranker query_likelihood scores with the local causal LM: bind it a LoadedLM "
+                             f"(model.backend=hf), got {type(loaded_lm).__name__}")
+        self._lm = loaded_lm
+
+    def _require(self):
+        if self._lm is None:
+            raise RuntimeError("reranker query_likelihood: no model bound (call bind(loaded_lm) first)")
+        return self._lm
+
+    @property
+    def name(self) -> str:
+        """``query_likelihood-<model name>``, so runs with different LMs stay apart (needs the bound model)."""
+        return f"{self.kind}-{safe_filename(self._require().config.name)}"
+
+    def settings(self) -> dict[str, Any]:
+        lm = self._require()
+        cfg, src = lm.config, lm.source
+        dtype = str(next(lm.model.parameters()).dtype).replace("torch.", "")
+        return {"reranker": self.kind, "model": cfg.name, "path": cfg.path, "location": src.location,
+                "gguf_file": src.gguf_file, "revision": cfg.revision, "dtype": dtype, "prompt": self.prompt,
+                "passage_max_length": self.passage_max_length, "query_max_length": self.query_max_length}
+
+    def token_rows(self, pairs: Sequence[Pair]) -> list[tuple[list[int], list[int]]]:
+        """``(context ids, query ids)`` of each pair (module doc)."""
+        tok = self._require().tokenizer
+        head, passage_lead, middle, query_lead = split_prompt(self.prompt)
+
+        def ids(texts: list[str], limit: int | None = None) -> list[list[int]]:
+            enc = tok(texts, add_special_tokens=False)["input_ids"]
+            return [list(x)[:limit] if limit else list(x) for x in enc]
+
+        head_ids, middle_ids = ids([head, middle])
+        passages = ids([passage_lead + p for _, p in pairs], self.passage_max_length)
+        queries = ids([query_lead + q for q, _ in pairs], self.query_max_length)
+        return [(head_ids + p + middle_ids, q) for p, q in zip(passages, queries)]
+
+    def score(self, pairs: Sequence[Pair]) -> np.ndarray:
+        pairs = check_pairs(pairs)
+        if not pairs:
+            return np.zeros(0, dtype=np.float64)
+        rows = self.token_rows(pairs)
+        empty = [i for i, (_, q) in enumerate(rows) if not q]
+        if empty:
+            raise ValueError(f"pairs[{empty[0]}]: the query has no tokens to score")
+        lm = self._require()
+        tok = lm.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else (eos_ids(tok) or [0])[0]
+        return mean_query_logprobs(lm.model, rows, pad_id=pad, batch_size=self.batch_size,
+                                   padding_side=self.padding_side)
