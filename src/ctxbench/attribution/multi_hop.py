@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -26,15 +26,40 @@ class HopResult:
     rho: list  # rho_0..rho_K
 
 
-def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weights: Optional[torch.Tensor],
-              hop_rows: torch.Tensor, obs_mask: torch.Tensor, hops: int,
-              keep: Optional[torch.Tensor] = None) -> HopResult:
-    """The shared recursion: hop 0 over ``hop0_rows``, then K hops over ``hop_rows`` weighted by the previous hop's
-    mass on them. ``keep`` (T,) zeroes stop tokens in every hop vector (the mask is expected to include it)."""
+HopVector = Callable[[torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
+
+
+def ifr_hop(cap: Capture, cfg: IFRConfig, keep: Optional[torch.Tensor] = None) -> HopVector:
+    """Span IFR as the hop vector: ``(rows, weights) -> (T,)``; ``keep`` (T,) zeroes stop tokens."""
 
     def hop(rows, weights):
         v = span_ifr(cap, rows, weights, cfg)
         return v * keep if keep is not None else v
+    return hop
+
+
+def observation_mask(ctx, s_rows: torch.Tensor, t_rows: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """The mask m of §4.3 over the T positions: 1 except on T, on S and on every position after the end of T."""
+    m = torch.ones(ctx.T, dtype=dtype, device=device)
+    m[t_rows] = 0
+    m[s_rows] = 0
+    m[int(t_rows[-1]) + 1:] = 0
+    return m
+
+
+def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weights: Optional[torch.Tensor],
+              hop_rows: torch.Tensor, obs_mask: torch.Tensor, hops: int,
+              keep: Optional[torch.Tensor] = None) -> HopResult:
+    """The recursion with span-IFR hop vectors; ``keep`` (T,) zeroes stop tokens in every hop vector (the mask is
+    expected to include it)."""
+    return hop_recursion(ifr_hop(cap, cfg, keep), hop0_rows, hop0_weights, hop_rows, obs_mask, hops)
+
+
+def hop_recursion(hop: HopVector, hop0_rows: torch.Tensor, hop0_weights: Optional[torch.Tensor],
+                  hop_rows: torch.Tensor, obs_mask: torch.Tensor, hops: int, scale_by_rho: bool = True) -> HopResult:
+    """The shared recursion: hop 0 over ``hop0_rows``, then K hops over ``hop_rows`` weighted by the previous hop's
+    mass on them. ``hop(rows, weights)`` gives one hop vector over the T positions (span IFR, AttnLRP). With
+    ``scale_by_rho=False`` every hop counts with weight 1 in the observed vector (rho is still reported)."""
 
     def cot_share(v, prev_rho):
         """The next hop's weights (v's mass on the CoT rows) and rho_k = rho_{k-1} * CoT mass / total mass (sums in
@@ -52,7 +77,7 @@ def hop_chain(cap: Capture, cfg: IFRConfig, hop0_rows: torch.Tensor, hop0_weight
             rho.append(0.0)
             continue
         v = hop(hop_rows, w)
-        observed += rho[-1] * (v.to(torch.float64) * obs_mask)
+        observed += (rho[-1] if scale_by_rho else 1.0) * (v.to(torch.float64) * obs_mask)
         vecs.append(v)
         w, r = cot_share(v, rho[-1])
         rho.append(r)
@@ -94,10 +119,7 @@ class MultiHopIFRAttributor(IFRAttributorBase):
             t0 = time.perf_counter()
             dev = cap.layers[0].h.device
             s_rows, t_rows = ctx.gen_rows(sink), ctx.gen_rows(think)
-            m = torch.ones(ctx.T, dtype=cap.dtype, device=dev)
-            m[t_rows] = 0
-            m[s_rows] = 0
-            m[int(t_rows[-1]) + 1:] = 0
+            m = observation_mask(ctx, s_rows, t_rows, cap.dtype, dev)
             hr = hop_chain(cap, self.cfg, s_rows, None, t_rows, m, self.hops)
             timings["attribution"] = time.perf_counter() - t0
         return _result(self, ctx, hr, m, np.arange(sink[0], sink[1] + 1))
