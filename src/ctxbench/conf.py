@@ -68,6 +68,8 @@ class RunConfig(DataConfig):
 
     attribution: Dict[str, Any] = field(default_factory=dict)
     mode: Dict[str, Any] = field(default_factory=dict)
+    retriever: Any = None  # a Retriever part: what mode=retrieval evaluates (docs/retrieval.md)
+    reranker: Any = None  # a Reranker part: mode=retrieval rescores the top hits with it (null: NoReranker)
     max_examples: Optional[int] = None
     prompt_format: str = "table1"  # table1 | bare
     views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode

@@ -106,6 +106,11 @@ class Retriever(ABC):
 
     def fit(self, pool: Sequence[Row]) -> "Retriever":
         """Index the pool (its rows' ids must be unique); returns the retriever."""
+        self._fit(self._set_pool(pool))
+        return self
+
+    def _set_pool(self, pool: Sequence[Row]) -> list[Row]:
+        """Check and keep the pool's rows and ids (what ``fit`` does before indexing)."""
         rows = list(pool)
         ids = [row_id(r, f"pool row {i}") for i, r in enumerate(rows)]
         seen: dict[str, int] = {}
@@ -115,8 +120,14 @@ class Retriever(ABC):
             seen[rid] = i
         self._pool, self._ids, self._index_of = rows, ids, seen
         self._check_pool(len(rows))
-        self._fit(rows)
-        return self
+        return rows
+
+    def retrieve_grouped(self, groups: Sequence[tuple[Sequence[Row], Sequence[Row]]], k: int
+                         ) -> list[list[Retrieved]]:
+        """For each ``(pool, queries)`` group, its queries ranked against its own pool only (``k`` capped at that
+        pool's size); indices are positions in the group's pool. The retriever ends fitted on the last group.
+        Subclasses may share work across groups (dense: one encoding call for all of them)."""
+        return [self.fit(pool).retrieve(queries, min(k, len(pool))) for pool, queries in groups]
 
     def retrieve(self, queries: Sequence[Row], k: Optional[int] = None) -> list[Retrieved]:
         """For each query row, in order: up to ``k`` pool indices with scores, best first (``k`` None: the

@@ -12,12 +12,12 @@ share a batch, so two hits whose scores differ by less than that can swap betwee
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 import numpy as np
 
 from ctxbench.models.embedder import Embedder
-from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions
+from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions, row_text
 
 
 def make_index(dim: int, spec: str):
@@ -52,7 +52,10 @@ class DenseRetriever(TextRetriever):
             raise ValueError("faiss_index: must be a Faiss index description such as Flat")
 
     def _fit(self, rows: list[Row]) -> None:
-        emb = np.ascontiguousarray(self.embedder.encode_corpus(self.pool_texts()), dtype=np.float32)
+        self._index_embeddings(self.embedder.encode_corpus(self.pool_texts()))
+
+    def _index_embeddings(self, emb: np.ndarray) -> None:
+        emb = np.ascontiguousarray(emb, dtype=np.float32)
         index = make_index(emb.shape[1], self.faiss_index)
         if not index.is_trained:
             index.train(emb)
@@ -71,10 +74,30 @@ class DenseRetriever(TextRetriever):
             return np.zeros((len(q_emb), 0), np.float32), np.zeros((len(q_emb), 0), np.int64)
         return self.index.search(np.ascontiguousarray(q_emb, dtype=np.float32), k)
 
+    def retrieve_grouped(self, groups: Sequence[tuple[Sequence[Row], Sequence[Row]]], k: int
+                         ) -> list[list[Retrieved]]:
+        """As ``Retriever.retrieve_grouped``, with every group's pool encoded in one ``encode_corpus`` call (one
+        cache entry) and every query in one ``encode_queries`` call; each group gets its own index."""
+        groups = [(list(pool), list(queries)) for pool, queries in groups]
+        p_texts = [row_text(r, self.fields) for pool, _ in groups for r in pool]
+        q_texts = [row_text(q, self.query_fields or self.fields) for _, queries in groups for q in queries]
+        p_emb = self.embedder.encode_corpus(p_texts)
+        q_emb = self.embedder.encode_queries(q_texts)
+        out, p0, q0 = [], 0, 0
+        for pool, queries in groups:
+            self._set_pool(pool)
+            self._index_embeddings(p_emb[p0:p0 + len(pool)])
+            out.append(self._ranked(queries, min(k, len(pool)), q_emb[q0:q0 + len(queries)]))
+            p0, q0 = p0 + len(pool), q0 + len(queries)
+        return out
+
     def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
+        return self._ranked(queries, k, self.embed_queries(queries))
+
+    def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
         own = exclusions(self, queries, self.exclude_self)
         extra = int(any(o is not None for o in own))
-        scores, idx = self.search(self.embed_queries(queries), k + extra)
+        scores, idx = self.search(q_emb, k + extra)
         out = []
         for r in range(len(queries)):
             if own[r] is not None and k > len(self.pool) - 1:

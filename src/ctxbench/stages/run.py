@@ -25,6 +25,7 @@ from ctxbench.metrics.scorer import Scorer
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.parts import build_all
+from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
@@ -69,6 +70,16 @@ def open_results(path: Path, fingerprints: dict[str, str]) -> AppendOnlyJsonl:
 
 
 def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    # A mode that is a whole evaluation of its own (retrieval) runs alone; the others score attributions.
+    modes = build_all(cfg.mode, "mode")
+    own = [m for m in modes.values() if isinstance(m, RetrievalMode)]
+    if own:
+        if len(modes) > 1:
+            raise ConfigError(f"mode: {', '.join(modes)}: retrieval evaluates a retriever, not attributions; run it "
+                              f"in a job of its own (mode=retrieval)")
+        from ctxbench.stages.retrieval import retrieval_stage
+
+        return retrieval_stage(cfg, output_dir, own[0])
     output_dir = Path(output_dir)
     paths = stage_paths(cfg)
     model_cfg = OmegaConf.to_object(cfg.model)

@@ -1,0 +1,2 @@
+"""Retrieval evaluation (``mode=retrieval``, docs/retrieval.md): retrieval data, search with any retriever, reranking,
+IR metrics and their reports."""

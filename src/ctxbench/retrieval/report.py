@@ -1,0 +1,162 @@
+"""Retrieval reports (docs/retrieval.md#reports): JSON, and Markdown in FlagEmbedding's layout, for one job or gathered
+from many; and the evidence table that puts retrieval Recall@k next to attribution Recall@10% on the same tasks.
+
+An entry is one (model, reranker, dataset-split) cell group: ``{"model", "reranker", "dataset", "split", "column",
+"metrics": {key: fraction}, "n_queries", "skipped", "notes"}``. Markdown: one table per metric of ``eval_metrics``,
+``| Model | Reranker | average | <columns, sorted> |``, rows sorted, values x100 with 3 decimals, each column's maximum
+in bold, ``-`` for a missing cell and an empty average when a row misses a cell.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from ctxbench.retrieval.metrics import parse_metric_key
+
+RESULTS_JSON = "retrieval.json"
+RESULTS_MD = "retrieval.md"
+LABELS = {"ndcg": "NDCG", "map": "MAP", "recall": "Recall", "precision": "P", "mrr": "MRR", "recall_cap": "R_cap"}
+
+
+def metric_label(key: str) -> str:
+    name, k = parse_metric_key(key)
+    return f"{LABELS[name]}@{k}"
+
+
+def _fmt(v: float) -> str:
+    return f"{100 * v:.3f}"
+
+
+def _table(header: list[str], rows: list[list[Optional[float]]], names: list[list[str]]) -> list[str]:
+    """Markdown lines: per row its ``names`` cells, the average (empty when None: a cell is missing), then the
+    values (``-`` when missing); values x100, each column's maximum in bold."""
+    cols = list(zip(*rows)) if rows else []
+    best = [max((v for v in c if v is not None), default=None) for c in cols]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for name, row in zip(names, rows):
+        cells = [("" if j == 0 else "-") if v is None else (f"**{_fmt(v)}**" if v == best[j] else _fmt(v))
+                 for j, v in enumerate(row)]
+        lines.append("| " + " | ".join(name + cells) + " |")
+    return lines
+
+
+def metric_tables(entries: list[dict], eval_metrics: Iterable[str]) -> str:
+    """One Markdown table per metric (module doc)."""
+    columns = sorted({e["column"] for e in entries})
+    keys = sorted({(e["model"], e["reranker"]) for e in entries})
+    cell = {(e["model"], e["reranker"], e["column"]): e["metrics"] for e in entries}
+    out = []
+    for metric in eval_metrics:
+        rows, names = [], []
+        for model, reranker in keys:
+            values = [cell.get((model, reranker, c), {}).get(metric) for c in columns]
+            avg = None if any(v is None for v in values) else float(np.mean(values))
+            rows.append([avg, *values])
+            names.append([model, reranker])
+        out += [f"## {metric_label(metric)} ({metric}, x100)", "",
+                *_table(["Model", "Reranker", "average", *columns], rows, names), ""]
+    notes = sorted({n for e in entries for n in e.get("notes", [])})
+    if notes:
+        out += ["Notes:", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(out)
+
+
+def write_job_report(output_dir: Path, entries: list[dict], eval_metrics: list[str], extra: dict[str, Any],
+                     title: str) -> str:
+    """``retrieval.json`` and ``retrieval.md`` of one run_exp job; returns the Markdown."""
+    from ctxbench.files import atomic_write_text
+
+    doc = {"eval_metrics": list(eval_metrics), "results": entries, **extra}
+    atomic_write_text(Path(output_dir) / RESULTS_JSON, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    md = f"# {title}\n\n" + metric_tables(entries, eval_metrics)
+    atomic_write_text(Path(output_dir) / RESULTS_MD, md)
+    return md
+
+
+# --- gathering jobs (the report command) ---------------------------------------------------------------------------
+
+def find_retrieval_jobs(paths: Iterable[str | Path]) -> list[Path]:
+    """Job dirs holding ``retrieval.json`` at or below the given paths."""
+    found = []
+    for p in map(Path, paths):
+        found += [p] if (p / RESULTS_JSON).is_file() else sorted(f.parent for f in p.rglob(RESULTS_JSON))
+    return found
+
+
+def has_attribution_jobs(path: str | Path) -> bool:
+    p = Path(path)
+    return (p / "summary.json").is_file() or any(p.rglob("summary.json"))
+
+
+def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:
+    """Every job's entries (a cell given by two jobs is refused) and the union of their ``eval_metrics``."""
+    entries, where, metrics = [], {}, []
+    for job in jobs:
+        doc = json.loads((job / RESULTS_JSON).read_text(encoding="utf-8"))
+        for m in doc["eval_metrics"]:
+            if m not in metrics:
+                metrics.append(m)
+        for e in doc["results"]:
+            key = (e["model"], e["reranker"], e["column"])
+            if key in where:
+                raise ValueError(f"two runs give {e['model']} / {e['reranker']} on {e['column']}: {where[key]} and "
+                                 f"{job}")
+            where[key] = job
+            entries.append(e)
+    return entries, metrics
+
+
+def evidence_table(entries: list[dict], attribution: list, view: str, eval_metrics: list[str]) -> Optional[str]:
+    """Retrievers (sentence Recall@k of the context-retrieval splits) and attribution methods (token Recall@10% of
+    the ``recovery`` mode) as rows, the tasks as columns; None when neither side has a figure."""
+    recall_keys = [m for m in eval_metrics if parse_metric_key(m)[0] == "recall"] or ["recall_at_10"]
+    rows: dict[tuple[str, str, str], dict[str, float]] = {}
+    for e in entries:
+        if e["split"] != "context":
+            continue
+        for key in recall_keys:
+            if e["metrics"].get(key) is not None:
+                rows.setdefault((f"{e['model']} / {e['reranker']}", "retrieval (sentences)", metric_label(key)),
+                                {})[e["dataset"]] = e["metrics"][key]
+    for job in attribution:
+        desc = job.summary.get("scorers", {}).get("recovery")
+        for method, s in job.summary.get("methods", {}).items():
+            if desc is None or "recovery" not in s:
+                continue
+            for m in desc["metrics"]:
+                value = s["recovery"].get(view, {}).get(m["key"], {}).get("mean")
+                if value is not None:
+                    rows.setdefault((method, f"attribution (tokens, {view})", m["label"]), {})[job.dataset] = value
+    if not rows:
+        return None
+    datasets = sorted({d for cells in rows.values() for d in cells})
+    keys = sorted(rows, key=lambda k: (k[1], k[0], k[2]))
+    values = []
+    for k in keys:
+        vals = [rows[k].get(d) for d in datasets]
+        values.append([None if any(v is None for v in vals) else float(np.mean(vals)), *vals])
+    lines = ["## Evidence recall: retrievers and attribution methods (x100)", "",
+             "Retrieval: share of the evidence sentences among the top k context sentences; attribution: share of the "
+             "evidence tokens among the top 10% of prompt tokens.", "",
+             *_table(["Method", "Kind", "Measure", "average", *datasets], values, [list(k) for k in keys]), ""]
+    return "\n".join(lines)
+
+
+def write_report(jobs: list[Path], attribution: list, output_dir: str | Path, view: str = "seq") -> tuple[Path, str]:
+    """The report command's retrieval part: ``retrieval_report.json`` / ``.md`` in ``output_dir``."""
+    from ctxbench.files import atomic_write_text
+
+    entries, metrics = gather(jobs)
+    md = "# Retrieval\n\n" + metric_tables(entries, metrics)
+    evidence = evidence_table(entries, attribution, view, metrics)
+    if evidence:
+        md += "\n" + evidence
+    out = Path(output_dir)
+    atomic_write_text(out / "retrieval_report.json", json.dumps(
+        {"eval_metrics": metrics, "results": entries, "jobs": [str(j) for j in jobs]}, indent=2) + "\n")
+    md_path = atomic_write_text(out / "retrieval_report.md", md)
+    return md_path, md

@@ -1,0 +1,130 @@
+"""run_exp with ``mode=retrieval``: the ``retriever`` (and the optional ``reranker``) on retrieval data, scored with
+IR metrics (docs/retrieval.md).
+
+Data: a retrieval dataset kind (``RetrievalData``: a FlagEmbedding / BEIR folder, the Wikipedia demo set) gives its
+splits; any other dataset is read as the attribution stage reads it and its examples' contexts become per-example
+corpora (``retrieval.context``). The causal LM of the ``model`` group is loaded only when the reranker or the
+retriever uses it. Files in the job dir: ``manifest.json``, ``search_results/`` (unless ``output_dir`` puts them
+elsewhere), ``retrieval.json`` (fractions, timings, settings) and ``retrieval.md`` (x100).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from ctxbench.conf import to_plain
+from ctxbench.datasets.base import Dataset, Paths
+from ctxbench.errors import ConfigError
+from ctxbench.manifest import build_manifest, write_manifest
+from ctxbench.parts import build
+from ctxbench.rerankers.base import Reranker
+from ctxbench.retrieval.context import context_split
+from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
+from ctxbench.retrieval.metrics import evaluate, parse_metric_key
+from ctxbench.retrieval.mode import RetrievalMode
+from ctxbench.retrieval.report import write_job_report
+from ctxbench.retrieval.search import (NO_RERANKER, load_results, rerank, results_path, retriever_label,
+                                       retriever_settings, save_results, search)
+from ctxbench.retrievers.base import Retriever
+from ctxbench.stages.common import stage_paths
+
+log = logging.getLogger(__name__)
+
+
+def load_splits(dataset: Any, cfg: DictConfig, paths: Paths) -> list[RetrievalSplit]:
+    if isinstance(dataset, RetrievalData):
+        return dataset.load_splits(paths)
+    from ctxbench.models.causal_lm import load_tokenizer
+
+    # An attribution dataset is read with the model's tokenizer, as run_exp's attribution modes read it (RULER
+    # tasks are generated to that tokenizer's lengths), so both modes see the same examples.
+    tok = load_tokenizer(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir)
+    _, examples = dataset.load(paths, tok, cfg.max_examples)
+    return [context_split(examples, dataset.name)]
+
+
+def notes(mode: RetrievalMode, reranked: bool) -> list[str]:
+    """What a reader must know to compare the figures (cut-offs beyond what was kept)."""
+    ks = sorted({parse_metric_key(m)[1] for m in mode.eval_metrics} | set(mode.k_values))
+    out = []
+    if any(k > mode.search_top_k for k in ks):
+        out.append(f"search_top_k={mode.search_top_k}: metrics at larger k see only that many hits")
+    if reranked and any(k > mode.rerank_top_k for k in ks):
+        out.append(f"rerank_top_k={mode.rerank_top_k}: reranked metrics at larger k see only the reranked hits")
+    return out
+
+
+def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode) -> dict:
+    output_dir = Path(output_dir)
+    paths = stage_paths(cfg)
+    if cfg.get("retriever") is None:
+        raise ConfigError("retriever: mode=retrieval evaluates a retriever; choose one (retriever=bm25, dense, random)")
+    retriever = build(cfg.retriever, "retriever", Retriever)
+    reranker: Optional[Reranker] = build(cfg.reranker, "reranker", Reranker) \
+        if cfg.get("reranker") is not None else None
+    dataset = build(cfg.dataset, "dataset")
+    if not isinstance(dataset, (RetrievalData, Dataset)):
+        raise ConfigError(f"dataset: {type(dataset).__name__} is neither retrieval data nor an attribution dataset")
+    splits = load_splits(dataset, cfg, paths)
+    model_name = retriever_label(retriever)
+    r_settings = retriever_settings(retriever)
+    write_manifest(output_dir, build_manifest(
+        to_plain(cfg), stage="run_exp", root=paths.root,
+        dataset={"name": dataset.name, "kind": "retrieval", "splits": [
+            {"column": s.column, "source": s.source, "sha256": s.fingerprint(), "documents": len(s.corpus),
+             "queries": len(s.queries)} for s in splits]}))
+    if cfg.dry_run:
+        log.info("dry run: parts built, %d splits read; nothing searched", len(splits))
+        return {"dry_run": True, "splits": [s.column for s in splits]}
+    if (reranker is not None and reranker.needs_model) or retriever.needs_lm:
+        from ctxbench.models import load_causal_lm
+
+        loaded = load_causal_lm(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir)
+        if reranker is not None:
+            reranker.bind(loaded)
+        retriever.use_lm(loaded.model, loaded.tokenizer)
+    root = Path(mode.output_dir) if mode.output_dir else output_dir / "search_results"
+    eval_name = dataset.name
+    entries, timings = [], {}
+    for split in splits:
+        t: dict[str, float] = {}
+        base = {"corpus": split.fingerprint(), "search_top_k": mode.search_top_k,
+                "ignore_identical_ids": mode.ignore_identical_ids, "retriever": r_settings}
+        path = results_path(root, model_name, None, split)
+        run = load_results(path, base, mode.overwrite)
+        t0 = time.perf_counter()
+        if run is None:
+            run = search(retriever, split, mode.search_top_k, mode.ignore_identical_ids)
+            save_results(path, run, base, eval_name=eval_name, model_name=model_name, reranker_name=None, split=split)
+        else:
+            log.info("%s: search results reused from %s", split.column, path)
+        t["search_s"] = time.perf_counter() - t0
+        runs = {NO_RERANKER: run}
+        if reranker is not None:
+            settings = {**base, "rerank_top_k": mode.rerank_top_k, "reranker": reranker.settings()}
+            path = results_path(root, model_name, reranker.name, split)
+            reranked = load_results(path, settings, mode.overwrite)
+            t0 = time.perf_counter()
+            if reranked is None:
+                reranked = rerank(reranker, split, run, mode.rerank_top_k)
+                save_results(path, reranked, settings, eval_name=eval_name, model_name=model_name,
+                             reranker_name=reranker.name, split=split)
+            t["rerank_s"] = time.perf_counter() - t0
+            runs[reranker.name] = reranked
+        t0 = time.perf_counter()
+        for name, r in runs.items():
+            ev = evaluate(r, split.qrels, mode.k_values, mode.missing_as_zero)
+            entries.append({"model": model_name, "reranker": name, "dataset": split.dataset, "split": split.split,
+                            "column": split.column, **ev.to_dict(), "notes": notes(mode, name != NO_RERANKER)})
+        t["metrics_s"] = time.perf_counter() - t0
+        timings[split.column] = t
+    md = write_job_report(output_dir, entries, mode.eval_metrics,
+                          {"k_values": mode.k_values, "timings": timings, "search_results": str(root)},
+                          title=f"run_exp mode=retrieval: {model_name} on {dataset.name}")
+    print(md)
+    return {"results": entries, "timings": timings}
