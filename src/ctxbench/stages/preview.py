@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from ctxbench.errors import ConfigError
 from ctxbench.files import atomic_write_text
 from ctxbench.parts import build
-from ctxbench.prompts.icl import ICLTemplate, ModelPrompt
+from ctxbench.prompts.few_shot import few_shot_prompts
+from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import example_rows, load_pool
 from ctxbench.stages.common import build_dataset, build_template, stage_paths
@@ -30,21 +31,11 @@ def preview_records(retriever: Retriever, template: ICLTemplate, pool: list[dict
                     chat_endpoint: bool = False) -> list[dict[str, Any]]:
     """Fit ``retriever`` on ``pool``, retrieve for ``rows`` and render each prompt (library entry of the command)."""
     retriever.fit(pool)
-    hits = retriever.retrieve(rows)
-    out = []
-    for row, h in zip(rows, hits):
-        rendered = template.render(row, [pool[i] for i in h.indices])
-        if chat_endpoint:
-            msgs, open_turn = rendered.messages()
-            mp = ModelPrompt(text=rendered.text, messages=msgs, add_generation_prompt=not open_turn,
-                             continue_final_message=open_turn)
-        else:
-            mp = rendered.for_model(tokenizer)
-        out.append({"id": row["id"],
-                    "retrieved": [{"index": i, "id": pid, "score": s}
-                                  for i, pid, s in zip(h.indices, retriever.ids_of(h), h.scores)],
-                    "n_examples": rendered.n_examples, "messages": mp.messages, "text": mp.text})
-    return out
+    return [{"id": row["id"],
+             "retrieved": [{"index": i, "id": pid, "score": s}
+                           for i, pid, s in zip(fp.hits.indices, fp.ids, fp.hits.scores)],
+             "n_examples": fp.n_examples, "messages": fp.prompt.messages, "text": fp.prompt.text}
+            for row, fp in zip(rows, few_shot_prompts(retriever, template, pool, rows, tokenizer, chat_endpoint))]
 
 
 def format_record(rec: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from ctxbench.generators.base import GenerationRequest, Generator
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.parts import build
+from ctxbench.prompts.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import default_pool_path, example_rows, load_pool
@@ -65,18 +66,17 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
         if max_examples is not None and cache.kept >= max_examples:
             break
         part = pending[start:start + chunk]
-        hits = retriever.retrieve([q for _, q in part])
-        prompts = [template.for_model(q, [pool[i] for i in h.indices], tokenizer) for (_, q), h in zip(part, hits)]
-        gens = generator.generate([GenerationRequest(ex.example_id, mp.messages or [{"role": "user", "content": mp.text}],
-                                                     mp.text if tokenizer is not None else None)
-                                   for (ex, _), mp in zip(part, prompts)])
+        shots = few_shot_prompts(retriever, template, pool, [q for _, q in part], tokenizer)
+        gens = generator.generate([GenerationRequest(ex.example_id, fs.prompt.messages or
+                                                     [{"role": "user", "content": fs.prompt.text}], fs.prompt.text)
+                                   for (ex, _), fs in zip(part, shots)])
         splits = [split_boxed_generation(g.text) if g.ok else None for g in gens]
         to_judge = [i for i, sp in enumerate(splits) if sp is not None and sp.ok]
         verdicts = dict(zip(to_judge, judge.judge([JudgeItem(
             splits[i].answer, str(part[i][0].metadata.get("reference_answer", "")),
             part[i][0].prompt.rsplit("\n", 1)[-1]) for i in to_judge])))
-        for i, ((ex, _), h, mp, g) in enumerate(zip(part, hits, prompts, gens)):
-            entry: dict[str, Any] = {"retrieved_ids": retriever.ids_of(h), "prompt": mp.to_dict(),
+        for i, ((ex, _), fs, g) in enumerate(zip(part, shots, gens)):
+            entry: dict[str, Any] = {"retrieved_ids": fs.ids, "prompt": fs.prompt.to_dict(),
                                      "generation": g.to_dict()}
             kept = None
             if not g.ok:
@@ -90,7 +90,7 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
             else:
                 kept = attach_spans(ex, splits[i].thinking, splits[i].answer, tokenizer,
                                     judge_response=verdicts[i].response, retrieved_ids=entry["retrieved_ids"],
-                                    generation_prompt=mp.text) if tokenizer is not None else None
+                                    generation_prompt=fs.prompt.text)
                 entry.update(status="kept" if kept else "no_span_tokens",
                              reason=None if kept else "no target token overlaps the answer")
             if kept is not None and max_examples is not None and cache.kept >= max_examples:
