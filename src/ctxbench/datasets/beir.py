@@ -31,7 +31,7 @@ CORPUS = "corpus.jsonl"
 
 
 def _row_id(obj: dict, path: Path, lineno: int) -> str:
-    key = "id" if "id" in obj else "_id"
+    key = "_id" if "_id" in obj and "id" not in obj else "id"
     rid = obj.get(key)
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
         raise DataError("needs a non-empty string (or integer) id", file=path, line=lineno, field=key)

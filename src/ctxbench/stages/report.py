@@ -1,4 +1,6 @@
-"""report: aggregate run_exp jobs (a multirun folder or several runs) into one Table-1 style table."""
+"""report: aggregate run_exp jobs (a multirun folder or several runs) into one Table-1 style table, and retrieval jobs
+(mode=retrieval) into the retrieval tables, with retrieval Recall@k next to attribution Recall@10% where both ran on
+the same tasks."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ctxbench.reporting.aggregate import find_jobs, write_table1
+from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 
 log = logging.getLogger(__name__)
 
 
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
-    jobs = find_jobs(list(cfg.runs))
-    md_path, csv_path, md = write_table1(jobs, output_dir, view=cfg.view)
-    print(md)
-    log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
-    return {"markdown": str(md_path), "csv": str(csv_path)}
+    runs = list(cfg.runs)
+    retrieval = find_retrieval_jobs(runs)
+    attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
+    jobs = find_jobs(attribution_runs) if attribution_runs else []
+    out = {}
+    if jobs:
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=cfg.view)
+        print(md)
+        log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
+        out.update(markdown=str(md_path), csv=str(csv_path))
+    if retrieval:
+        md_path, md = write_report(retrieval, jobs, output_dir, view=cfg.view)
+        print(md)
+        log.info("%d retrieval runs -> %s", len(retrieval), md_path)
+        out["retrieval"] = str(md_path)
+    return out
