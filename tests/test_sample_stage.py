@@ -222,3 +222,38 @@ def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     assert rec["spans"] == "cached" and rec["thinking_span"] is not None  # a chain of thought to hop through
     ifr, rnd = (summary[m]["recovery"]["seq"]["recall"]["mean"] for m in ("ifr_multi_hop", "random"))
     assert ifr > rnd, "multi-hop IFR through the chain of thought should find the needle better than chance"
+
+
+@pytest.mark.slow
+def test_a_multirun_over_dataset_model_and_retriever_writes_one_cache_per_combination(tmp_path):
+    """The README's sweep: ``-m dataset=a,b model=x,y retriever=u,v`` with ``paths.samples_dir`` keyed by the model and
+    retriever choices. Each of the 8 jobs writes its own cache with its own settings record; none is refused for another
+    combination's settings. (Only SmolLM2 is offline: the second model is a config of the same weights in float64.)"""
+    conf = tmp_path / "conf" / "model"
+    conf.mkdir(parents=True)
+    (conf / "smollm2-f64.yaml").write_text((ROOT / "conf" / "model" / "smollm2-135m.yaml").read_text()
+                                           .replace("name: smollm2-135m", "name: smollm2-f64")
+                                           .replace("dtype: auto", "dtype: float64"))
+    samples = tmp_path / "samples"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "exp" / "exp2" / "sample_and_filter.py"), "-m",
+         f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+         f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
+         f"paths.samples_dir={samples}/" + "${hydra:runtime.choices.model}/${hydra:runtime.choices.retriever}",
+         "dataset=morehopqa,niah_single_1", "model=smollm2-135m,smollm2-f64", "retriever=bm25,random",
+         "length=512", "max_examples=2", "generator=replay",
+         f"generator.path={replay_file(tmp_path, 9)}", "progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for model in ("smollm2-135m", "smollm2-f64"):
+        for retriever in ("bm25", "random"):
+            for dataset in ("morehopqa", "niah_single_1"):
+                cache = samples / model / retriever / f"{dataset}.jsonl"
+                settings = json.loads((cache.parent / f"{dataset}.jsonl.config.json").read_text())
+                assert settings["model"]["name"] == model and settings["dataset"]["name"] == dataset
+                assert settings["retriever"]["_target_"].rsplit(".", 1)[-1] == {
+                    "bm25": "BM25Retriever", "random": "RandomRetriever"}[retriever]
+            # the replayed answers cover MoreHopQA only: rows 0 and 3 are kept, the RULER rows find no answer
+            assert _ids(samples / model / retriever / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3)]
+            assert _ids(samples / model / retriever / "niah_single_1.jsonl") == []
+    assert len(list((tmp_path / "multirun").glob("*/funnel.json"))) == 8
