@@ -153,3 +153,30 @@ def test_token_sentences_keep_spaces_and_cover_every_token_once():
 def test_bad_parameters_are_refused(kw, name):
     with pytest.raises(ValueError, match=name):
         PerturbationAttributor(**kw)
+
+
+@pytest.mark.slow
+def test_perturbation_and_context_cite_through_run_exp(tmp_path):
+    """SmolLM2 on one generated niah_mq_q2 example at 512 tokens: both methods run in the stage, and their records,
+    recall and ContextCite's ablation count and held-out R^2 reach results.jsonl and the summary. (Recovery only and 16
+    ablations: each ablation is a forward pass of ~400 tokens, about a second on this CPU.)"""
+    import json
+
+    from ctxbench.stages.run import RESULTS, run_stage
+    from test_run_exp import run_cfg
+
+    out = tmp_path / "job"
+    cfg = run_cfg(tmp_path, "dataset.num_samples=1", "max_examples=1", "attribution=[perturbation,context_cite]",
+                  "attribution.context_cite.n_ablations=16", "mode=[recovery]", "views=[seq]", "heatmaps=0")
+    summary = run_stage(cfg, out)
+    recs = {r["method"]: r for r in map(json.loads, (out / RESULTS).read_text().splitlines())}
+    assert set(recs) == {"perturbation", "context_cite"} and set(summary) == set(recs)
+    for method, rec in recs.items():
+        assert 0 <= rec["recovery"]["seq"] <= 1 and summary[method]["examples"] == 1
+        print(f"\n{method}: Recall@10% {rec['recovery']['seq']:.3f}, {rec['attribution_s']:.1f} s, "
+              f"{rec['attribution_info']}")
+    info = recs["context_cite"]["attribution_info"]
+    assert info["ablations"] == 16 and info["heldout"] == 3 and np.isfinite(info["heldout_r2"])
+    units = recs["perturbation"]["attribution_info"]
+    assert units["prompt_sentences"] > 5 and units["ablations"] == units["prompt_sentences"] + \
+        units["generated_sentences"] - 1
