@@ -145,6 +145,7 @@ def test_stage_reuses_refuses_and_overwrites(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(KeywordReranker, "calls", 0)
+    monkeypatch.setattr("ctxbench.models.load_causal_lm", no_lm)  # bm25 and this reranker need no causal LM
     real = stage.search
     monkeypatch.setattr(stage, "search", lambda *a, **k: calls.append(1) or real(*a, **k))
     out = tmp_path / "job"
@@ -174,6 +175,36 @@ def test_stage_reuses_refuses_and_overwrites(tmp_path, monkeypatch):
         "retriever"]["k1"] == 1.2
     md = (out / "retrieval.md").read_text()
     assert "## NDCG@3 (ndcg_at_3, x100)" in md and "| Model | Reranker | average | beir-test |" in md
+
+
+def no_lm(*a, **k):
+    raise AssertionError("the causal LM was loaded for a run that does not use it")
+
+
+@dataclass
+class LMReranker(KeywordReranker):
+    """A reranker that uses the model group's causal LM: the stage must load it and bind it first."""
+
+    needs_model: ClassVar[bool] = True
+    bound: ClassVar[list] = []
+
+    def bind(self, loaded_lm):
+        type(self).bound.append(loaded_lm)
+
+
+def test_stage_loads_the_lm_only_for_a_reranker_that_needs_it(tmp_path, monkeypatch):
+    from ctxbench.stages.run import run_stage
+
+    sentinel = object()
+    monkeypatch.setattr("ctxbench.models.load_causal_lm", lambda *a, **k: sentinel)
+    cfg_for(tmp_path)  # writes the data folder and the search-path config folder
+    (tmp_path / "conf" / "reranker" / "lm.yaml").write_text("_target_: test_retrieval_search.LMReranker\n")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="run", overrides=[
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={ROOT}", "mode=retrieval", "dataset=beir",
+            f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm"])
+    result = run_stage(cfg, tmp_path / "job")
+    assert LMReranker.bound == [sentinel] and {e["reranker"] for e in result["results"]} == {"NoReranker", "keyword"}
 
 
 def test_stage_refuses_a_mix_of_modes_and_a_missing_retriever(tmp_path):

@@ -170,8 +170,6 @@ class RetrievalFolder(RetrievalData):
     dataset's name when the folder itself holds the files; ``dataset_names``: the sub-folders to read (null: all that
     hold a corpus, or the folder itself); ``splits``: read from each."""
 
-    kind = "retrieval_folder"
-
     name: str
     path: Optional[str] = None
     dataset_names: Optional[list[str]] = None

@@ -85,9 +85,10 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
         from ctxbench.models import load_causal_lm
 
         loaded = load_causal_lm(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir)
-        if reranker is not None:
+        if reranker is not None and reranker.needs_model:
             reranker.bind(loaded)
-        retriever.use_lm(loaded.model, loaded.tokenizer)
+        if retriever.needs_lm:
+            retriever.use_lm(loaded.model, loaded.tokenizer)
     root = Path(mode.output_dir) if mode.output_dir else output_dir / "search_results"
     eval_name = dataset.name
     entries, timings = [], {}
