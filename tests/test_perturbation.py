@@ -148,6 +148,33 @@ def test_token_sentences_keep_spaces_and_cover_every_token_once():
     assert [u.tolist() for u in token_sentences(SentencePieceLike(), [0, 0])] == [[0, 1]]  # nothing but blanks
 
 
+def test_units_from_decoded_tokens_match_the_prompt_text(smol_tokenizer, morehopqa_path):
+    """With SmolLM2's tokenizer, the units found by decoding equal those from the true prompt: its sentence spans
+    (split_sentences) and each token's characters in it (the model input's prompt offsets), on 20 MoreHopQA prompts."""
+    import bisect
+    import json
+
+    from ctxbench.datasets.sentences import split_sentences
+    from ctxbench.prompts.formats import build_model_input
+
+    n_units = 0
+    for row in json.loads(morehopqa_path.read_text())[:20]:
+        prompt = " ".join("".join(s) for _, s in row["context"]) + "\n" + row["question"]
+        mi = build_model_input(smol_tokenizer, prompt, "It is.\nAnswer", "table1")
+        starts = [a for a, _ in split_sentences(prompt)]
+        owner = []
+        for a, b in mi.prompt_offsets:
+            text = prompt[a:b]
+            first = a + len(text) - len(text.lstrip()) if text.strip() else a
+            owner.append(max(0, bisect.bisect_right(starts, first) - 1))
+        owner = np.array(owner)
+        expected = [np.flatnonzero(owner == u).tolist() for u in np.unique(owner)]
+        units = token_sentences(smol_tokenizer, mi.input_ids[mi.prompt_positions].tolist())
+        assert [u.tolist() for u in units] == expected
+        n_units += len(units)
+    assert n_units > 100  # many sentences were compared, not one per prompt
+
+
 @pytest.mark.parametrize("kw,name", [({"objective": "loss"}, "objective"), ({"spread": "sum"}, "spread"),
                                      ({"batch_size": 0}, "batch_size")])
 def test_bad_parameters_are_refused(kw, name):
