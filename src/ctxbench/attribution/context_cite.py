@@ -16,7 +16,7 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
 from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores, check_batch_size,
-                                               check_choice, spread)
+                                               check_choice, spread_onto_tokens)
 from ctxbench.tokens import eos_id
 
 
@@ -149,7 +149,7 @@ class ContextCiteAttributor(Attributor):
         A = empty_matrix(ctx.G, ctx.P)
         A[rows] = 0.0
         for u, cols in enumerate(units.prompt):
-            A[np.ix_(rows, cols)] = spread(fit.weights[u], cols, self.spread)
+            A[np.ix_(rows, cols)] = spread_onto_tokens(fit.weights[u], cols, self.spread)
         timings["attribution"] = time.perf_counter() - t0
         r2 = fit.heldout_r2
         return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows,

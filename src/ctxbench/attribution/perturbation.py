@@ -121,7 +121,7 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
     return reference, out
 
 
-def spread(score: np.ndarray, cols: np.ndarray, how: str) -> np.ndarray:
+def spread_onto_tokens(score: np.ndarray, cols: np.ndarray, how: str) -> np.ndarray:
     """A unit's score on each of its tokens: the same value (``copy``) or an equal share of it (``share``)."""
     return score if how == "copy" else score / len(cols)
 
@@ -175,7 +175,7 @@ class PerturbationAttributor(Attributor):
         A = np.zeros((ctx.G, ctx.P + ctx.G), dtype=np.float32)
         for (_, cols, first), row_scores in zip(sources, scores):
             rows = np.concatenate(units.generated[first:])
-            A[np.ix_(rows, cols)] = spread(row_scores[rows], cols, self.spread)[:, None]
+            A[np.ix_(rows, cols)] = spread_onto_tokens(row_scores[rows], cols, self.spread)[:, None]
         timings["attribution"] = time.perf_counter() - t0
         return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G),
                                  info={"prompt_sentences": len(units.prompt),
