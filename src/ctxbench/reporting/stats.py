@@ -1,0 +1,127 @@
+"""Statistics of per-example scores: a percentile bootstrap interval of the mean, and paired comparisons of two
+methods on the examples both scored (difference of means with its bootstrap interval, Wilcoxon signed-rank test).
+
+Everything is seeded through its own ``numpy.random.Generator`` (never the global RNG), so a summary is reproducible.
+What the figures mean and assume: docs/metrics.md#statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Optional
+
+import numpy as np
+
+
+class Interval(tuple):
+    """``(low, high)`` of a bootstrap interval (both None without values), with ``n`` (values used) and ``dropped``
+    (None/NaN values left out) as attributes."""
+
+    n: int
+    dropped: int
+
+    def __new__(cls, low: Optional[float], high: Optional[float], n: int, dropped: int) -> "Interval":
+        obj = super().__new__(cls, (low, high))
+        obj.n, obj.dropped = n, dropped
+        return obj
+
+    @property
+    def low(self) -> Optional[float]:
+        return self[0]
+
+    @property
+    def high(self) -> Optional[float]:
+        return self[1]
+
+
+def finite_values(values: Iterable[Optional[float]]) -> tuple[np.ndarray, int]:
+    """The values that are numbers (not None, not NaN) and how many were dropped."""
+    vals = list(values)
+    kept = [float(v) for v in vals if _finite(v)]
+    return np.asarray(kept, dtype=np.float64), len(vals) - len(kept)
+
+
+def _check(n_resamples: int, level: float) -> None:
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def bootstrap_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """Means of ``n_resamples`` resamples of ``x`` with replacement: resample b takes the indices of row b of
+    ``default_rng(seed).integers(0, len(x), size=(n_resamples, len(x)))``."""
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_resamples, len(x)))
+    return x[idx].mean(axis=1)
+
+
+def bootstrap_ci(values: Iterable[Optional[float]], *, n_resamples: int = 1000, level: float = 0.95,
+                 seed: int = 0) -> Interval:
+    """Percentile bootstrap interval of the mean: the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles (linear
+    interpolation) of the resampled means. None/NaN values are dropped first (``.dropped``); one value v gives (v, v),
+    no value (None, None)."""
+    _check(n_resamples, level)
+    x, dropped = finite_values(values)
+    if len(x) == 0:
+        return Interval(None, None, 0, dropped)
+    if len(x) == 1:
+        return Interval(float(x[0]), float(x[0]), 1, dropped)
+    alpha = 1.0 - level
+    low, high = np.quantile(bootstrap_means(x, n_resamples, seed), [alpha / 2, 1 - alpha / 2])
+    return Interval(float(low), float(high), len(x), dropped)
+
+
+def describe(values: Iterable[Optional[float]], *, n_resamples: int = 1000, level: float = 0.95,
+             seed: int = 0) -> dict[str, Any]:
+    """``{mean, std, n, ci_low, ci_high}`` of the finite values (population std, as the reference reports)."""
+    x, _ = finite_values(values)
+    ci = bootstrap_ci(x, n_resamples=n_resamples, level=level, seed=seed)
+    if len(x) == 0:
+        return {"mean": None, "std": None, "n": 0, "ci_low": None, "ci_high": None}
+    return {"mean": float(x.mean()), "std": float(x.std()), "n": len(x), "ci_low": ci.low, "ci_high": ci.high}
+
+
+def wilcoxon_signed_rank(diffs: np.ndarray) -> tuple[float, float, int]:
+    """``(statistic, p_value, n_nonzero)`` of the two-sided Wilcoxon signed-rank test that the differences are
+    symmetric about 0. Zero differences are dropped (Wilcoxon's convention); the statistic is min(W+, W-), the
+    p-value scipy's (exact distribution for up to 50 non-zero differences without ties, normal approximation with
+    tie correction otherwise). No non-zero difference: statistic 0 and p-value 1 (no evidence of a difference)."""
+    from scipy.stats import wilcoxon
+
+    nonzero = diffs[diffs != 0]
+    if len(nonzero) == 0:
+        return 0.0, 1.0, 0
+    res = wilcoxon(nonzero, zero_method="wilcox", alternative="two-sided")
+    return float(res.statistic), float(res.pvalue), len(nonzero)
+
+
+def paired_comparison(a: Mapping[str, Optional[float]], b: Mapping[str, Optional[float]], *,
+                      higher_is_better: bool, n_resamples: int = 1000, level: float = 0.95,
+                      seed: int = 0) -> dict[str, Any]:
+    """Compare methods A and B on the examples both scored (``a``, ``b``: ``{example id: value}``; None/NaN on
+    either side leaves the example out).
+
+    Returns ``n`` (pairs), ``mean_a``, ``mean_b``, ``diff`` (mean of a - b) with ``ci_low``/``ci_high`` (bootstrap
+    over pairs), ``statistic``/``p_value``/``n_nonzero`` of the Wilcoxon signed-rank test, ``better`` ("a", "b", or
+    None for a tie or no pair: the side the mean difference favours given the direction) and ``significant`` (p-value
+    below 1 - level and the interval excluding 0)."""
+    _check(n_resamples, level)
+    ids = [k for k in a if k in b and _finite(a[k]) and _finite(b[k])]
+    if not ids:
+        return {"n": 0, "mean_a": None, "mean_b": None, "diff": None, "ci_low": None, "ci_high": None,
+                "statistic": None, "p_value": None, "n_nonzero": 0, "better": None, "significant": False}
+    xa = np.asarray([float(a[k]) for k in ids])
+    xb = np.asarray([float(b[k]) for k in ids])
+    d = xa - xb
+    ci = bootstrap_ci(d, n_resamples=n_resamples, level=level, seed=seed)
+    stat, p, nonzero = wilcoxon_signed_rank(d)
+    diff = float(d.mean())
+    better = None if diff == 0 else ("a" if (diff > 0) == higher_is_better else "b")
+    excludes_zero = ci.low is not None and (ci.low > 0 or ci.high < 0)
+    return {"n": len(ids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": diff,
+            "ci_low": ci.low, "ci_high": ci.high, "statistic": stat, "p_value": p, "n_nonzero": nonzero,
+            "better": better, "significant": bool(better is not None and p < 1 - level and excludes_zero)}
+
+
+def _finite(v: Optional[float]) -> bool:
+    return v is not None and not math.isnan(float(v))
