@@ -50,6 +50,8 @@ def thread_env(threads: int) -> dict[str, str]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(threads)
     env["TOKENIZERS_PARALLELISM"] = "true"
+    # run_exp imports the ctxbench beside this script (a snapshot of the repository works too)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
 
 
