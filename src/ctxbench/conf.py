@@ -73,7 +73,8 @@ class RunConfig(DataConfig):
     max_examples: Optional[int] = None
     prompt_format: str = "table1"  # table1 | bare
     views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
-    heatmaps: int = 0  # write an HTML heat map of the prompt attribution for the first N examples
+    heatmaps: int = 0  # heat maps of the first N examples: heatmaps/<method>/<example>.html and in report.html
+    html: bool = True  # write report.html (docs/report.md): tables, figures and the heat maps, in one file
     save_traces: bool = False  # write per-example hop vectors as .npz under traces/<method>/
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
     dry_run: bool = False
@@ -92,6 +93,8 @@ class PrepareConfig(DataConfig):
 class ReportConfig:
     runs: List[str] = field(default_factory=list)  # multirun folders and/or run_exp job dirs
     view: str = "seq"  # which token view's figures fill the table (the paper's Table 1: seq)
+    html: bool = True  # write report.html (docs/report.md): the table, and each run's tables, figures, heat maps
+    heatmaps: int = 3  # examples per run shown in report.html (those the run stored heat-map data for)
 
 
 @dataclass

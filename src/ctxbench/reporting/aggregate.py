@@ -14,7 +14,7 @@ import yaml
 from ctxbench.reporting.tables import direction, metric_header
 
 # Keys that never change a result: where files live, how progress is shown, extra artefacts.
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "save_traces")
+IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces")
 
 
 @dataclass

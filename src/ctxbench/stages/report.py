@@ -9,7 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ctxbench.reporting.aggregate import find_jobs, write_table1
+from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.html import write_report_html
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))
+        if cfg.html:
+            out["html"] = str(write_report_html(jobs, table1(jobs, cfg.view), output_dir, cfg.heatmaps))
+            log.info("-> %s", out["html"])
     if retrieval:
         md_path, md = write_report(retrieval, jobs, output_dir, view=cfg.view)
         print(md)

@@ -2,7 +2,8 @@
 
 Files in the job's output dir: ``manifest.json``, ``results.jsonl`` (one line per example and method; a rerun in the same
 dir skips what is there, and refuses lines written under another config), ``summary.json``, ``summary.md``,
-``<mode>/<method>.csv`` (the reference's layout), ``deletion_curve_<view>.png``, optional ``heatmaps/`` and ``traces/``.
+``<mode>/<method>.csv`` (the reference's layout), ``deletion_curve_<view>.png``, optional ``heatmaps/`` and ``traces/``,
+``heatmap_data/`` (what the page draws of the first ``heatmaps`` examples) and ``report.html`` (docs/report.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
+from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
@@ -117,24 +119,44 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 log.warning("skipped: %s", exc)
                 continue
             pending = {m: a for m, a in methods.items() if f"{m}|{ex.example_id}" not in results}
-            for method, (result, record) in evaluate_example(model, tok, prepared, pending, scorers, views).items():
+            evaluated = evaluate_example(model, tok, prepared, pending, scorers, views)
+            for method, (result, record) in evaluated.items():
                 record["config"] = fingerprints[method]
                 results.append(record)
                 if cfg.save_traces:
                     save_trace(output_dir / "traces" / method, ex.example_id, result)
                 if i < cfg.heatmaps:
                     _write_heatmap(output_dir, tok, prepared, result, method)
+            if i < cfg.heatmaps:
+                _write_heatmap_data(output_dir, tok, prepared, evaluated, views)
     if refused and len(refused) == len(todo):
         raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
-    return write_reports(output_dir, list(methods), scorers, list(views), title=f"run_exp: {source.name}, "
-                         f"{model_cfg.name}, {len(examples)} examples", refused=refused)
+    title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
+    summary = write_reports(output_dir, list(methods), scorers, list(views), title=title, refused=refused)
+    if cfg.html:
+        write_run_html(output_dir, title, cfg.heatmaps)
+    return summary
+
+
+def _decoded(tok, prepared) -> tuple[list[str], list[str]]:
+    """The prompt and generated tokens, one string each."""
+    mi = prepared.model_input
+    return ([tok.decode([int(mi.input_ids[p])]) for p in mi.prompt_positions],
+            [tok.decode([int(t)]) for t in mi.gen_ids])
+
+
+def _write_heatmap_data(output_dir: Path, tok, prepared, evaluated: dict, views) -> None:
+    """What report.html draws of this example: tokens, gold evidence, and every method's views and hops."""
+    tokens, generated = _decoded(tok, prepared)
+    methods = {m: method_heatmap(result, view_weights(result, prepared.sink_span, views))
+               for m, (result, _) in evaluated.items()}
+    write_example_data(output_dir, prepared.example.example_id, tokens=tokens, generated=generated,
+                       gold=prepared.evidence_tokens, sink_span=prepared.sink_span, methods=methods)
 
 
 def _write_heatmap(output_dir: Path, tok, prepared, result, method: str) -> None:
-    mi = prepared.model_input
     w = view_weights(result, prepared.sink_span, ["seq"])["seq"]
-    tokens = [tok.decode([int(mi.input_ids[p])]) for p in mi.prompt_positions]
-    generated = [tok.decode([int(t)]) for t in mi.gen_ids]
+    tokens, generated = _decoded(tok, prepared)
     page = heatmap_html(tokens, w, title=f"{method} on {prepared.example.example_id} (seq view)",
                         gold=prepared.evidence_tokens or (), generated=generated)
     path = output_dir / "heatmaps" / method / f"{safe_filename(prepared.example.example_id)}.html"
