@@ -232,11 +232,15 @@ def test_report_command_page(tmp_path):
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
         (tmp_path / d / "summary.json").read_text())) for d in ("niah_a", "niah_b")]
     metrics = [{"key": "recall", "label": "Recall@10%", "higher_is_better": True}]
-    cells = {("niah_a", "m1"): {"n": 3, "Recall@10%": 0.5}, ("niah_b", "m1"): {"n": 4, "Recall@10%": None}}
-    path = write_report_html(jobs, (["niah_a", "niah_b"], ["m1"], metrics, cells), tmp_path / "report", examples=1)
+    cells = {("niah_a", "m1"): {"n": 3, "Recall@10%": 0.5}, ("niah_b", "m1"): {"n": 4, "Recall@10%": None},
+             ("niah_a", "m2"): {"n": 3, "Recall@10%": 0.25, "stats": {"Recall@10%": {
+                 "mean": 0.25, "std": 0.1, "n": 3, "ci_low": 0.0, "ci_high": 0.5}}}}
+    path = write_report_html(jobs, (["niah_a", "niah_b"], ["m1", "m2"], metrics, cells), tmp_path / "report",
+                             examples=1)
     page = path.read_text()
     assert path == tmp_path / "report" / PAGE
-    assert "<tr><th>niah_a (3)</th><td>0.500</td></tr><tr><th>niah_b (4)</th><td>–</td></tr>" in page
+    assert ('<tr><th>niah_a (3)</th><td>0.500</td><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
+            "<tr><th>niah_b (4)</th><td>–</td><td>–</td></tr>") in page
     dom = Dom(page)
     assert [e["attrs"]["id"] for e in dom.elements if e["attrs"].get("class") == "example"] == ["j0ex0", "j1ex0"]
     assert set(data_block(page)) == {"j0ex0-m0", "j0ex0-m1", "j1ex0-m0", "j1ex0-m1"}
@@ -303,3 +307,57 @@ def test_page_in_chromium(tmp_path):
     print(f"\nchromium: page loaded and checked in {time.perf_counter() - t0:.1f} s")
     assert problems == []
     assert requests and all(u.startswith(("file:", "data:")) for u in requests), requests
+
+
+# --- through the stages --------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_run_and_report_commands_write_the_page(tmp_path):
+    """run_exp on SmolLM2 (one niah_mq_q2 example at 512 tokens) writes report.html with both methods' heat maps, the
+    needles as gold tokens and the multi-hop method's hops; the report command writes one for the job it aggregates."""
+    from hydra import compose, initialize_config_dir
+
+    from conftest import CACHE_DIR, ROOT
+    from ctxbench.conf import register_configs
+    from ctxbench.stages.report import report_stage
+    from ctxbench.stages.run import run_stage
+
+    register_configs()
+    job = tmp_path / "job"
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="run", overrides=[
+            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "length=512", "dataset.num_samples=1",
+            "max_examples=1", "progress=false", "attribution=[ifr_multi_hop,attention]", "mode=[recovery]",
+            "views=[seq,row]", "heatmaps=1"])
+        report_cfg = compose(config_name="report", overrides=[f"runs=[{job}]", "heatmaps=1"])
+    run_stage(cfg, job)
+    page = (job / PAGE).read_text()
+    dom = Dom(page)
+    panels = panel_ids(dom, "ex0")
+    assert set(panels) == {"ifr_multi_hop", "attention"}
+    # the generated RULER row (top-level "outputs": the needle values)
+    [example] = [json.loads(line) for p in (tmp_path / "data").rglob("*.jsonl") for line in p.read_text().splitlines()]
+    records = {r["method"]: r for r in map(json.loads, (job / "results.jsonl").read_text().splitlines())}
+    data = json.loads(next((job / "heatmap_data").glob("*.json")).read_text())
+    for method, pid in panels.items():
+        gold_spans = dom.spans(pid, "gold")
+        # the gold tokens are the needles: every needle value is in their text
+        gold_text = "".join(s["text"] for s in gold_spans)
+        assert all(v in gold_text for v in example["outputs"]), (gold_text, example["outputs"])
+        assert [int(s["attrs"]["data-i"]) for s in gold_spans] == data["gold"]
+        assert len(dom.spans(pid, "top")) == TOP_K
+        # the stored weights are the scored ones: Recall@10% recomputed by hand from them (weights kept to 4 digits:
+        # a rounding tie may swap one token at the cut)
+        w = np.clip(np.asarray(data["methods"][method]["views"]["seq"]), 0, None)
+        k = int(np.ceil(0.1 * len(w)))
+        top = set(np.argsort(-w, kind="stable")[:k].tolist())
+        recall = len(top & set(data["gold"])) / len(data["gold"])
+        assert abs(recall - records[method]["recovery"]["seq"]) <= 1 / len(data["gold"]) + 1e-9
+    hop_buttons = [e["attrs"]["data-key"] for e in dom.elements if e["tag"] == "button"
+                   and any(p.get("id") == panels["ifr_multi_hop"] for p in e["parents"])]
+    assert hop_buttons == ["seq", "row", "hop0", "hop1"]  # ifr_multi_hop's default: one hop after hop 0
+    assert "<th>ifr_multi_hop</th>" in page and "deletion_curve" not in page  # recovery alone draws no figure
+    out = report_stage(report_cfg, tmp_path / "report")
+    report_page = Path(out["html"]).read_text()
+    assert set(data_block(report_page)) == {"j0ex0-m0", "j0ex0-m1"} and "niah_mq_q2 (1)" in report_page

@@ -265,7 +265,8 @@ def figures(job_dir: Path) -> str:
 
 
 def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], cells: dict) -> str:
-    """The report command's Table-1 layout (``aggregate.table1``): rows = datasets, columns = method x metric."""
+    """The report command's Table-1 layout (``aggregate.table1``): rows = datasets, columns = method x metric; a cell's
+    ``stats`` (mean, std, interval), when there, is shown in full."""
     mixed = len({m["higher_is_better"] for m in metrics}) > 1
     head = "".join(f"<th>{_text(me)} {_text(metric_header(m, mixed))}</th>" for me in methods for m in metrics)
     rows = []
@@ -273,7 +274,7 @@ def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], ce
         cs = [cells.get((d, me), {}) for me in methods]
         n = "/".join(str(x) for x in sorted({c["n"] for c in cs if c}))
         rows.append(f"<tr><th>{_text(d)} ({n})</th>" + "".join(
-            f"<td>{_stat({'mean': c.get(m['label'])})}</td>"
+            f"<td>{_stat(c.get('stats', {}).get(m['label']) or {'mean': c.get(m['label'])})}</td>"
             for c in cs for m in metrics) + "</tr>")
     return (f"<h2>Table 1 layout ({_text(direction(metrics))})</h2><table><thead><tr><th>dataset (N)</th>{head}</tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table>")
