@@ -107,7 +107,10 @@ def test_table1_from_a_multirun(tmp_path):
     assert cells[("vt_h2_c3", "random")]["RISE"] == pytest.approx(0.2)
     assert cells[("vt_h2_c3", "random")]["Recall@10%"] == pytest.approx(0.5)
     md_path, csv_path, md = write_table1(jobs, tmp_path / "out")
-    assert "| niah_mq_q2 (3) | 0.200 | 0.300 | 0.400 | 0.500 | 0.200 |" in md
+    # the Table-1 layout: a row per task and method, the metric columns (no results.jsonl here: mean ± std)
+    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in md
+    assert "| niah_mq_q2 (3) | ifr_multi_hop | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    assert "|  | random | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
     rows = list(csv.reader(open(csv_path)))
     assert rows[0][:4] == ["dataset", "n", "ifr_multi_hop/RISE", "ifr_multi_hop/MAS"]
 
@@ -156,5 +159,6 @@ def test_report_cli_writes_table1(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"), f"runs=[{root}]",
                           f"hydra.run.dir={tmp_path / 'report'}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "| vt_h2_c3 (3) | 0.200 | 0.300 | 0.400 | 0.500 |" in out.stdout
+    assert "| vt_h2_c3 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" \
+        in out.stdout
     assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()

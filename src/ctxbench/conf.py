@@ -17,6 +17,7 @@ from omegaconf import MISSING
 from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
 from ctxbench.prompts.icl import ICLTemplate, box_template
+from ctxbench.reporting.stats import StatsSettings
 
 
 @dataclass
@@ -77,6 +78,8 @@ class RunConfig(DataConfig):
     html: bool = True  # write report.html (docs/report.md): tables, figures and the heat maps, in one file
     save_traces: bool = False  # write per-example hop vectors as .npz under traces/<method>/
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
+    # intervals and paired comparisons of summary.json/summary.md (docs/metrics.md#statistics); run.yaml: seed=${seed}
+    stats: StatsSettings = field(default_factory=StatsSettings)
     dry_run: bool = False
     progress: bool = True
 
@@ -95,6 +98,7 @@ class ReportConfig:
     view: str = "seq"  # which token view's figures fill the table (the paper's Table 1: seq)
     html: bool = True  # write report.html (docs/report.md): the table, and each run's tables, figures, heat maps
     heatmaps: int = 3  # examples per run shown in report.html (those the run stored heat-map data for)
+    stats: StatsSettings = field(default_factory=StatsSettings)  # intervals and paired comparisons, from results.jsonl
 
 
 @dataclass

@@ -62,19 +62,30 @@ class Scorer(ABC):
 
     # --- aggregation (summary.json, summary.md, CSV, report) -----------------------------------------------------
 
-    def aggregate(self, records: list[dict], views: Iterable[str]) -> Optional[dict[str, Any]]:
-        """``{view: {metric key: {mean, std, n}}}`` over the records that carry this scorer's field (None if none)."""
+    def example_values(self, records: list[dict], views: Iterable[str]) -> Optional[dict[str, dict[str, dict]]]:
+        """``{view: {metric key: {example id: value}}}`` of the examples scored (None values left out), over the
+        records that carry this scorer's field (None if none): what summaries and paired comparisons are made of."""
         carrying = [r for r in records if self.name in r]
         if not carrying:
             return None
-        out: dict[str, Any] = {}
+        out: dict[str, dict[str, dict]] = {}
         for v in views:
-            per_view = [self.values(r[self.name].get(v)) for r in carrying if r[self.name]]
+            per_view = [(r["example_id"], self.values(r[self.name].get(v))) for r in carrying if r[self.name]]
+            out[v] = {m.key: {eid: pv[m.key] for eid, pv in per_view if pv is not None and pv.get(m.key) is not None}
+                      for m in self.metrics()}
+        return out
+
+    def aggregate(self, records: list[dict], views: Iterable[str]) -> Optional[dict[str, Any]]:
+        """``{view: {metric key: {mean, std, n}}}`` over the records that carry this scorer's field (None if none)."""
+        per = self.example_values(records, views)
+        if per is None:
+            return None
+        out: dict[str, Any] = {}
+        for v, by_metric in per.items():
             out[v] = {}
-            for m in self.metrics():
-                vals = [pv[m.key] for pv in per_view if pv is not None and pv.get(m.key) is not None]
-                mean, std = mean_std(vals)
-                out[v][m.key] = {"mean": mean, "std": std, "n": len(vals)}
+            for key, vals in by_metric.items():
+                mean, std = mean_std(list(vals.values()))
+                out[v][key] = {"mean": mean, "std": std, "n": len(vals)}
         return out
 
     def csv_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:

@@ -1,20 +1,28 @@
-"""The multirun report: one table in the layout of the reference paper's Table 1 (rows: datasets; columns: methods x
-metrics), from run_exp job dirs. Runs whose configs disagree on anything but the swept keys are refused."""
+"""The multirun report in the layout of the reference paper's Table 1 (spec attribution.md §6: one row per task with its
+N, the metric columns RISE, MAS, RISE+AP, Recall@10%; here one row per task and method), each figure with its bootstrap
+interval, then the paired comparisons between methods on each task, from run_exp job dirs. Intervals and comparisons
+are recomputed from each job's ``results.jsonl`` with the report's ``stats`` settings. Runs whose configs disagree on
+anything but the swept keys are refused."""
 
 from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import yaml
 
-from ctxbench.reporting.tables import direction, metric_header
+from ctxbench.jsonl import iter_jsonl
+from ctxbench.metrics.scorer import Scorer
+from ctxbench.parts import build_all
+from ctxbench.reporting.stats import StatsSettings
+from ctxbench.reporting.tables import comparison_cell, compare, direction, metric_header, stat_cell, summarize
 
-# Keys that never change a result: where files live, how progress is shown, extra artefacts.
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces")
+# Keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics.
+IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.")
+RESULTS = "results.jsonl"
 
 
 @dataclass
@@ -27,6 +35,17 @@ class JobRun:
     @property
     def dataset(self) -> str:
         return self.config["dataset"]["name"]
+
+    def records(self) -> list[dict]:
+        """The per-example result lines of the methods in the summary (none when the job has no results file)."""
+        path = self.path / RESULTS
+        if not path.exists():
+            return []
+        return [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+
+    def scorers(self) -> dict[str, Scorer]:
+        """The job's scorers, rebuilt from its recorded config: they read its records as the run did."""
+        return build_all(self.config["mode"], "mode", Scorer) if self.config.get("mode") else {}
 
 
 def find_jobs(paths: Iterable[str | Path]) -> list[JobRun]:
@@ -93,10 +112,26 @@ def check_consistent(jobs: list[JobRun]) -> None:
                          + "; ".join(bad))
 
 
-def table1(jobs: list[JobRun], view: str = "seq"
+def by_dataset(jobs: list[JobRun]) -> dict[str, tuple[list[dict], dict[str, Scorer]]]:
+    """``{dataset: (records, scorers)}`` over the jobs of each dataset that have a results file (jobs running other
+    methods on one task pool their records)."""
+    out: dict[str, tuple[list[dict], dict[str, Scorer]]] = {}
+    for job in jobs:
+        records = job.records()
+        if not records:
+            continue
+        recs, scorers = out.setdefault(job.dataset, ([], {}))
+        recs += records
+        scorers.update(job.scorers())
+    return out
+
+
+def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings] = None
            ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
     """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
-    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples}``."""
+    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples, "stats": {label:
+    {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with ``stats`` when given
+    and the job has the file, else taken from summary.json."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
     where: dict[tuple[str, str], Path] = {}
@@ -110,40 +145,53 @@ def table1(jobs: list[JobRun], view: str = "seq"
             key = (job.dataset, method)
             if key in cells:
                 raise ValueError(f"two runs give {method} on {job.dataset}: {where[key]} and {job.path}")
-            cell: dict[str, Optional[float]] = {"n": s["examples"]}
+            cell: dict[str, Any] = {"n": s["examples"], "stats": {}}
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
                     cell[m["label"]] = s[name][view][m["key"]]["mean"] if name in s else None
+                    if name in s:
+                        cell["stats"][m["label"]] = s[name][view][m["key"]]
             cells[key], where[key] = cell, job.path
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
             if method not in methods:
                 methods.append(method)
+    if stats is not None:
+        for dataset, (records, scorers) in by_dataset(jobs).items():
+            for method, s in summarize(records, scorers, [view], stats).items():
+                for name, scorer in scorers.items():
+                    for m in scorer.metrics():
+                        if name in s and (dataset, method) in cells:
+                            cells[(dataset, method)]["stats"][m.label] = s[name][view][m.key]
     return datasets, methods, list(metrics.values()), cells
 
 
-def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq") -> tuple[Path, Path, str]:
-    datasets, methods, metrics, cells = table1(jobs, view)
+def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dict[str, Any]]:
+    """Paired comparisons between the methods of each dataset (rows of ``tables.compare`` with ``dataset``), from
+    the jobs' results.jsonl."""
+    return [{"dataset": dataset, **row} for dataset, (records, scorers) in by_dataset(jobs).items()
+            for row in compare(records, scorers, [view], stats)]
+
+
+def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
+                 stats: Optional[StatsSettings] = None) -> tuple[Path, Path, str]:
+    """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons), ``table1.csv`` (one row per
+    dataset: means per method/metric) and ``table1.json`` (every cell's figures and the comparisons)."""
+    stats = stats or StatsSettings()
+    datasets, methods, metrics, cells = table1(jobs, view, stats)
     metrics = [m for m in metrics
                if any(cells.get((d, me), {}).get(m["label"]) is not None for d in datasets for me in methods)]
-    mixed = len({m["higher_is_better"] for m in metrics}) > 1
     labels = [m["label"] for m in metrics]
-    header = ["dataset (N)"] + [f"{me} {metric_header(m, mixed)}" for me in methods for m in metrics]
+    comps = comparisons(jobs, view, stats)
 
     def n_of(d):
         ns = {cells[(d, me)]["n"] for me in methods if (d, me) in cells}
         return "/".join(str(n) for n in sorted(ns))
 
-    rows = []
-    for d in datasets:
-        row = [f"{d} ({n_of(d)})"]
-        for me in methods:
-            c = cells.get((d, me), {})
-            row += ["–" if c.get(m) is None else f"{c[m]:.3f}" for m in labels]
-        rows.append(row)
-    md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)})", "",
-                    "| " + " | ".join(header) + " |", "|---" * len(header) + "|",
-                    *["| " + " | ".join(r) + " |" for r in rows]])
+    md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
+                    f"interval]; bold: the best mean of the task)", "",
+                    *table1_markdown(datasets, methods, metrics, cells, n_of),
+                    *comparisons_markdown(comps, datasets, metrics, stats)])
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
@@ -154,4 +202,57 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq") 
         for d in datasets:
             w.writerow([d, n_of(d)] + ["" if cells.get((d, me), {}).get(m) is None else cells[(d, me)][m]
                                        for me in methods for m in labels])
+    (out / "table1.json").write_text(json.dumps({
+        "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
+        "cells": [{"dataset": d, "method": me, "n": cells[(d, me)]["n"], "figures": cells[(d, me)]["stats"]}
+                  for d in datasets for me in methods if (d, me) in cells],
+        "comparisons": comps}, indent=2) + "\n", encoding="utf-8")
     return md_path, csv_path, md
+
+
+def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
+                    cells: dict[tuple[str, str], dict], n_of) -> list[str]:
+    """Rows: task (N) then one row per method, in run order; columns: the metrics (spec §6's RISE, MAS, RISE+AP,
+    Recall@10% for faithfulness + recovery)."""
+    mixed = len({m["higher_is_better"] for m in metrics}) > 1
+    lines = ["| task (N) | method | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
+             "|---" * (len(metrics) + 2) + "|"]
+    for d in datasets:
+        best = {}
+        for m in metrics:
+            means = [cells[(d, me)][m["label"]] for me in methods if cells.get((d, me), {}).get(m["label"]) is not None]
+            if len(set(means)) > 1:  # bold marks a difference, not a tie of every method
+                best[m["label"]] = max(means) if m["higher_is_better"] else min(means)
+        for i, me in enumerate(me for me in methods if (d, me) in cells):
+            c = cells[(d, me)]
+            row = [f"{d} ({n_of(d)})" if i == 0 else "", me]
+            for m in metrics:
+                text = stat_cell(c["stats"][m["label"]]) if m["label"] in c["stats"] else "–"
+                row.append(f"**{text}**" if c.get(m["label"]) is not None and c[m["label"]] == best.get(m["label"])
+                           else text)
+            lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def comparisons_markdown(comps: list[dict[str, Any]], datasets: list[str], metrics: list[dict[str, Any]],
+                         stats: StatsSettings) -> list[str]:
+    """Per task: rows = method pairs, columns = metrics, cells = ``tables.comparison_cell``."""
+    if not comps:
+        return []
+    mixed = len({m["higher_is_better"] for m in metrics}) > 1
+    lines = ["", "## Paired comparisons", "",
+             f"A − B on the examples both methods scored: mean difference [{stats.level:.0%} bootstrap interval over "
+             f"pairs], Wilcoxon signed-rank p; bold: the interval excludes 0 and p < {1 - stats.level:.2g} "
+             f"(docs/metrics.md#statistics)."]
+    for d in datasets:
+        rows = [c for c in comps if c["dataset"] == d]
+        if not rows:
+            continue
+        lines += ["", f"### {d}", "", "| A | B | n | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
+                  "|---" * (len(metrics) + 3) + "|"]
+        for a, b in dict.fromkeys((c["a"], c["b"]) for c in rows):
+            by_label = {c["label"]: c for c in rows if (c["a"], c["b"]) == (a, b)}
+            n = max(c["n"] for c in by_label.values())
+            lines.append(f"| {a} | {b} | {n} | " + " | ".join(
+                comparison_cell(by_label[m["label"]]) if m["label"] in by_label else "–" for m in metrics) + " |")
+    return lines

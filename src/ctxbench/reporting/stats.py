@@ -8,9 +8,30 @@ What the figures mean and assume: docs/metrics.md#statistics.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from itertools import combinations
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
+
+from ctxbench.errors import ConfigError
+
+
+@dataclass
+class StatsSettings:
+    """The ``stats`` config of run_exp and the report command: bootstrap resamples, interval level, seed (run_exp:
+    the top-level ``seed``), and ``baseline``: compare every method with this one instead of all pairs."""
+
+    n_resamples: int = 1000
+    level: float = 0.95
+    seed: int = 0
+    baseline: Optional[str] = None
+
+    def __post_init__(self):
+        try:
+            _check(self.n_resamples, self.level)
+        except ValueError as exc:
+            raise ConfigError(f"stats.{exc}") from exc
 
 
 class Interval(tuple):
@@ -121,6 +142,25 @@ def paired_comparison(a: Mapping[str, Optional[float]], b: Mapping[str, Optional
     return {"n": len(ids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": diff,
             "ci_low": ci.low, "ci_high": ci.high, "statistic": stat, "p_value": p, "n_nonzero": nonzero,
             "better": better, "significant": bool(better is not None and p < 1 - level and excludes_zero)}
+
+
+def method_pairs(methods: list[str], baseline: Optional[str] = None) -> list[tuple[str, str]]:
+    """``(a, b)`` pairs to compare: every method against ``baseline`` when set, else all pairs in the given order."""
+    if baseline is None:
+        return list(combinations(methods, 2))
+    if baseline not in methods:
+        raise ConfigError(f"stats.baseline: {baseline!r} is not among the methods ({', '.join(methods)})")
+    return [(m, baseline) for m in methods if m != baseline]
+
+
+def compare_methods(values: Mapping[str, Mapping[str, Optional[float]]], *, higher_is_better: bool,
+                    settings: StatsSettings) -> list[dict[str, Any]]:
+    """Paired comparisons of one metric between methods (``values``: ``{method: {example id: value}}``), each
+    ``{"a", "b", **paired_comparison(...)}``; the pairs of ``method_pairs``."""
+    return [{"a": a, "b": b, **paired_comparison(values[a], values[b], higher_is_better=higher_is_better,
+                                                 n_resamples=settings.n_resamples, level=settings.level,
+                                                 seed=settings.seed)}
+            for a, b in method_pairs(list(values), settings.baseline)]
 
 
 def _finite(v: Optional[float]) -> bool:

@@ -12,24 +12,58 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from ctxbench.metrics.scorer import VIEW_LABELS, Scorer, mean_std
+from ctxbench.reporting.stats import StatsSettings, bootstrap_ci, compare_methods
 
 
-def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer],
-              views: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``{method: {"examples", "avg_attribution_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``."""
-    views = list(views)
-    by_method: dict[str, list[dict]] = {}
+def by_method(records: Iterable[dict[str, Any]]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
     for r in records:
-        by_method.setdefault(r["method"], []).append(r)
+        out.setdefault(r["method"], []).append(r)
+    return out
+
+
+def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], views: Iterable[str],
+              stats: Optional[StatsSettings] = None) -> dict[str, dict[str, Any]]:
+    """``{method: {"examples", "avg_attribution_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``; with
+    ``stats`` every metric also gets ``ci_low``/``ci_high``, the bootstrap interval of its mean."""
+    views = list(views)
     out: dict[str, dict[str, Any]] = {}
-    for method, recs in by_method.items():
+    for method, recs in by_method(records).items():
         s: dict[str, Any] = {"examples": len(recs), "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0]}
         for name, scorer in scorers.items():
             agg = scorer.aggregate(recs, views)
-            if agg is not None:
-                s[name] = agg
+            if agg is None:
+                continue
+            if stats is not None:
+                for v, by_metric in scorer.example_values(recs, views).items():
+                    for key, vals in by_metric.items():
+                        ci = bootstrap_ci(vals.values(), n_resamples=stats.n_resamples, level=stats.level,
+                                          seed=stats.seed)
+                        agg[v][key].update(ci_low=ci.low, ci_high=ci.high)
+            s[name] = agg
         out[method] = s
     return out
+
+
+def compare(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], views: Iterable[str],
+            stats: StatsSettings) -> list[dict[str, Any]]:
+    """Paired comparisons between the methods on the examples both scored, for every scorer, view and metric: rows
+    ``{"mode", "view", "metric", "label", "a", "b", **paired_comparison}`` (reporting/stats.py)."""
+    views = list(views)
+    recs = by_method(records)
+    rows = []
+    for name, scorer in scorers.items():
+        values = {m: scorer.example_values(r, views) for m, r in recs.items()}
+        values = {m: v for m, v in values.items() if v is not None}
+        if len(values) < 2:
+            continue
+        for v in views:
+            for metric in scorer.metrics():
+                per_method = {m: values[m][v][metric.key] for m in values}
+                rows += [{"mode": name, "view": v, "metric": metric.key, "label": metric.label, **c}
+                         for c in compare_methods(per_method, higher_is_better=metric.higher_is_better,
+                                                  settings=stats)]
+    return rows
 
 
 def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorers: Mapping[str, Scorer],
@@ -53,6 +87,53 @@ def _cell(mean: Optional[float], std: Optional[float] = None) -> str:
     return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
 
 
+def stat_cell(figures: Mapping[str, Any]) -> str:
+    """``mean [low, high]`` when the figures carry a bootstrap interval, else ``mean ± std``."""
+    if figures.get("ci_low") is None or figures.get("mean") is None:
+        return _cell(figures.get("mean"), figures.get("std"))
+    return f"{figures['mean']:.3f} [{figures['ci_low']:.3f}, {figures['ci_high']:.3f}]"
+
+
+def comparison_cell(c: Mapping[str, Any]) -> str:
+    """``A − B [low, high], p=…``, in bold with the better method named when the difference is significant."""
+    if c["diff"] is None:
+        return "–"
+    text = f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], p={c['p_value']:.2g}"
+    return f"**{text}** ({c[c['better']]} better)" if c["significant"] else text
+
+
+def markdown_comparisons(comparisons: list[dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
+                         views: list[str], level: float) -> list[str]:
+    """One table per scorer: rows = method pair x view, columns = metrics, cells = ``comparison_cell``."""
+    if not comparisons:
+        return []
+    lines = ["## Paired comparisons", "",
+             f"A − B on the examples both methods scored: mean difference with its {level:.0%} bootstrap interval "
+             f"(pairs resampled) and the Wilcoxon signed-rank p-value; bold: the interval excludes 0 and "
+             f"p < {1 - level:.2g}. (docs/metrics.md#statistics)",
+             ""]
+    for name, desc in descriptions.items():
+        rows = [c for c in comparisons if c["mode"] == name]
+        if not rows:
+            continue
+        metrics = desc["metrics"]
+        mixed = len({m["higher_is_better"] for m in metrics}) > 1
+        lines += [f"### {desc['title']} ({direction(metrics)})", "",
+                  "| A | B | view | n | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
+                  "|---" * (len(metrics) + 4) + "|"]
+        pairs = list(dict.fromkeys((c["a"], c["b"]) for c in rows))
+        for a, b in pairs:
+            for v in views:
+                cells = {c["metric"]: c for c in rows if (c["a"], c["b"], c["view"]) == (a, b, v)}
+                if not cells:
+                    continue
+                n = max(c["n"] for c in cells.values())
+                lines.append(f"| {a} | {b} | {VIEW_LABELS[v]} | {n} | " + " | ".join(
+                    comparison_cell(cells[m["key"]]) if m["key"] in cells else "–" for m in metrics) + " |")
+        lines.append("")
+    return lines
+
+
 def direction(metrics: list[dict[str, Any]]) -> str:
     """"lower is better", "higher is better", or per column arrows when the metrics disagree."""
     ups = {m["higher_is_better"] for m in metrics}
@@ -66,9 +147,11 @@ def metric_header(metric: dict[str, Any], mixed: bool) -> str:
 
 
 def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
-                     views: list[str], title: str) -> str:
+                     views: list[str], title: str, comparisons: list[dict[str, Any]] = (),
+                     level: float = 0.95) -> str:
     """One table per scorer (``descriptions``: ``Scorer.describe()`` by name): rows = methods, columns = view x
-    metric (mean ± std), then how many examples were scored and the seconds per attribution."""
+    metric (``stat_cell``: mean [bootstrap interval], or mean ± std without one), then how many examples were scored
+    and the seconds per attribution; then the paired comparisons, if any."""
     lines = [f"# {title}", ""]
     for name, desc in descriptions.items():
         methods = [m for m in summary if name in summary[m]]
@@ -81,9 +164,9 @@ def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[s
                   "| method | " + " | ".join(header) + " | scored | s/example |", "|---" * (len(header) + 3) + "|"]
         for method in methods:
             s, agg = summary[method], summary[method][name]
-            cells = [_cell(agg[v][m["key"]]["mean"], agg[v][m["key"]]["std"]) for v in views for m in metrics]
+            cells = [stat_cell(agg[v][m["key"]]) for v in views for m in metrics]
             scored = agg[views[0]][metrics[0]["key"]]["n"] if views else 0
             lines.append(f"| {method} | " + " | ".join(cells) + f" | {scored}/{s['examples']} | "
                          f"{s['avg_attribution_s']:.2f} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + markdown_comparisons(list(comparisons), descriptions, views, level))

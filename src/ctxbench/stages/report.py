@@ -1,4 +1,5 @@
-"""report: aggregate run_exp jobs (a multirun folder or several runs) into one Table-1 style table, and retrieval jobs
+"""report: aggregate run_exp jobs (a multirun folder or several runs) into one Table-1 style table with bootstrap
+intervals and paired comparisons (recomputed from results.jsonl), and retrieval jobs
 (mode=retrieval) into the retrieval tables, with retrieval Recall@k next to attribution Recall@10% where both ran on
 the same tasks."""
 
@@ -7,10 +8,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
 from ctxbench.reporting.html import write_report_html
+from ctxbench.reporting.stats import StatsSettings
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 
 log = logging.getLogger(__name__)
@@ -23,12 +25,13 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     jobs = find_jobs(attribution_runs) if attribution_runs else []
     out = {}
     if jobs:
-        md_path, csv_path, md = write_table1(jobs, output_dir, view=cfg.view)
+        stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=cfg.view, stats=stats)
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))
-        if cfg.html:
-            out["html"] = str(write_report_html(jobs, table1(jobs, cfg.view), output_dir, cfg.heatmaps))
+        if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
+            out["html"] = str(write_report_html(jobs, table1(jobs, cfg.view, stats), output_dir, cfg.heatmaps))
             log.info("-> %s", out["html"])
     if retrieval:
         md_path, md = write_report(retrieval, jobs, output_dir, view=cfg.view)

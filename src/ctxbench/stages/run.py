@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -29,7 +31,8 @@ from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
-from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
+from ctxbench.reporting.stats import StatsSettings, method_pairs
+from ctxbench.reporting.tables import compare, markdown_summary, summarize, write_mode_csvs
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     dataset = build_dataset(cfg)
     methods = build_all(cfg.attribution, "attribution", Attributor)
     scorers = build_scorers(cfg)
+    stats = OmegaConf.to_object(cfg.stats)
+    method_pairs(list(methods), stats.baseline)  # a baseline that is not a method fails before any work
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
     source, examples = dataset.load(paths, tok, cfg.max_examples)
     for scorer in scorers.values():
@@ -132,7 +137,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if refused and len(refused) == len(todo):
         raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
     title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
-    summary = write_reports(output_dir, list(methods), scorers, list(views), title=title, refused=refused)
+    summary = write_reports(output_dir, list(methods), scorers, list(views), title=title, refused=refused, stats=stats)
     if cfg.html:
         write_run_html(output_dir, title, cfg.heatmaps)
     return summary
@@ -165,15 +170,18 @@ def _write_heatmap(output_dir: Path, tok, prepared, result, method: str) -> None
 
 
 def write_reports(output_dir: Path, methods: list[str], scorers: dict[str, Scorer], views: list[str], *, title: str,
-                  refused: list[str] = ()) -> dict:
+                  refused: list[str] = (), stats: Optional[StatsSettings] = None) -> dict:
+    stats = stats or StatsSettings()
     records = [r for _, r in iter_jsonl(output_dir / RESULTS) if r["method"] in methods] \
         if (output_dir / RESULTS).exists() else []
-    summary = summarize(records, scorers, views)
+    summary = summarize(records, scorers, views, stats)
+    comparisons = compare(records, scorers, views, stats)
     descriptions = {name: sc.describe() for name, sc in scorers.items()}
-    (output_dir / "summary.json").write_text(json.dumps({"methods": summary, "views": views, "scorers": descriptions,
-                                                          "refused": list(refused)}, indent=2) + "\n")
+    (output_dir / "summary.json").write_text(json.dumps({
+        "methods": summary, "views": views, "scorers": descriptions, "refused": list(refused),
+        "stats": asdict(stats), "comparisons": comparisons}, indent=2) + "\n")
     write_mode_csvs(output_dir, summary, scorers, views)
-    md = markdown_summary(summary, descriptions, views, title)
+    md = markdown_summary(summary, descriptions, views, title, comparisons, stats.level)
     (output_dir / "summary.md").write_text(md + "\n", encoding="utf-8")
     for scorer in scorers.values():
         scorer.write_plots(records, views, output_dir)

@@ -1,0 +1,170 @@
+"""Statistics in the run summaries (intervals, paired comparisons) and in the report command's Table-1 layout, on
+hand-made records; the table1 experiment lists and builds every Table-1 method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from ctxbench.attribution import Attributor
+from ctxbench.conf import register_configs
+from ctxbench.errors import ConfigError
+from ctxbench.metrics.faithfulness import FaithfulnessScorer
+from ctxbench.metrics.recovery import RecoveryScorer
+from ctxbench.parts import build_all
+from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.stats import StatsSettings, bootstrap_ci
+from ctxbench.reporting.tables import compare, markdown_summary, summarize
+from ctxbench.stages.run import write_reports
+
+VIEWS = ["seq", "row"]
+SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
+STATS = StatsSettings(n_resamples=200, level=0.95, seed=3)
+
+# RISE per example (lower is better): "good" beats "flat" by 0.2 on every example; "mixed" is good on some only.
+RISE = {"good": [0.10, 0.20, 0.30, 0.15, 0.25, 0.05, 0.35, 0.12],
+        "flat": [0.30, 0.40, 0.50, 0.35, 0.45, 0.25, 0.55, 0.32],
+        "mixed": [0.05, 0.60, 0.10, 0.50, 0.20, 0.30, 0.40, None]}
+RECALL = {"good": [1.0, 0.5, 1.0, 1.0, 0.5, 1.0, 1.0, 0.5], "flat": [0.0] * 8, "mixed": [0.5] * 8}
+
+
+def records(methods=("good", "flat", "mixed")):
+    out = []
+    for m in methods:
+        for i, rise in enumerate(RISE[m]):
+            faith = None if rise is None else {
+                v: {"RISE": rise, "MAS": rise + 0.1, "RISE+AP": rise + 0.2, "curve": [0.0, -1.0], "density": [1, 0]}
+                for v in VIEWS}
+            out.append({"example_id": f"ex{i}", "method": m, "attribution_s": 0.5, "faithfulness": faith,
+                        "recovery": {v: RECALL[m][i] for v in VIEWS}, "recovery_skipped": None})
+    return out
+
+
+def test_summary_intervals_are_the_bootstrap_of_each_metric():
+    s = summarize(records(), SCORERS, VIEWS, STATS)
+    cell = s["good"]["faithfulness"]["seq"]["RISE"]
+    assert cell["mean"] == pytest.approx(sum(RISE["good"]) / 8) and cell["n"] == 8
+    assert (cell["ci_low"], cell["ci_high"]) == bootstrap_ci(RISE["good"], n_resamples=200, seed=3)
+    assert min(RISE["good"]) <= cell["ci_low"] < cell["mean"] < cell["ci_high"] <= max(RISE["good"])
+    assert s["mixed"]["faithfulness"]["seq"]["RISE"]["n"] == 7  # the unscored example is left out
+    # a constant metric has a zero-width interval
+    assert s["flat"]["recovery"]["row"]["recall"] == {"mean": 0.0, "std": 0.0, "n": 8, "ci_low": 0.0, "ci_high": 0.0}
+    # without settings the summary keeps its old figures only
+    assert set(summarize(records(), SCORERS, VIEWS)["good"]["recovery"]["seq"]["recall"]) == {"mean", "std", "n"}
+
+
+def test_comparisons_all_pairs_or_against_a_baseline():
+    rows = compare(records(), SCORERS, VIEWS, STATS)
+    # 3 pairs x (3 faithfulness + 1 recovery metrics) x 2 views
+    assert len(rows) == 3 * 4 * 2
+    assert {(r["a"], r["b"]) for r in rows} == {("good", "flat"), ("good", "mixed"), ("flat", "mixed")}
+    gf = next(r for r in rows if (r["a"], r["b"], r["metric"], r["view"]) == ("good", "flat", "RISE", "seq"))
+    # every difference is -0.2: the interval is the point, and all 8 signs agree (exact p = 2 / 2^8)
+    assert gf["n"] == 8 and gf["diff"] == pytest.approx(-0.2)
+    assert gf["ci_low"] == pytest.approx(-0.2) and gf["ci_high"] == pytest.approx(-0.2)
+    assert gf["p_value"] == pytest.approx(2 / 256) and gf["better"] == "a" and gf["significant"]
+    rec = next(r for r in rows if (r["a"], r["b"], r["metric"], r["view"]) == ("good", "flat", "recall", "seq"))
+    assert rec["diff"] == pytest.approx(6.5 / 8) and rec["better"] == "a"  # higher recall is better
+    gm = next(r for r in rows if (r["a"], r["b"], r["metric"], r["view"]) == ("good", "mixed", "RISE", "seq"))
+    assert gm["n"] == 7  # ex7 was not scored for "mixed"
+    by_hand = [g - m for g, m in zip(RISE["good"][:7], RISE["mixed"][:7])]
+    assert gm["diff"] == pytest.approx(sum(by_hand) / 7)
+    base = compare(records(), SCORERS, VIEWS, StatsSettings(n_resamples=50, baseline="flat"))
+    assert {(r["a"], r["b"]) for r in base} == {("good", "flat"), ("mixed", "flat")}
+    with pytest.raises(ConfigError, match="stats.baseline: 'nope'"):
+        compare(records(), SCORERS, VIEWS, StatsSettings(baseline="nope"))
+
+
+def test_bad_stats_settings_name_the_key():
+    with pytest.raises(ConfigError, match="stats.level"):
+        StatsSettings(level=95)
+    with pytest.raises(ConfigError, match="stats.n_resamples"):
+        StatsSettings(n_resamples=0)
+
+
+def write_job(tmp_path: Path, name: str, recs: list[dict], **write_kw) -> Path:
+    job = tmp_path / name
+    (job / ".hydra").mkdir(parents=True)
+    (job / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": VIEWS, "seed": 3,
+              "mode": {"faithfulness": {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer"},
+                       "recovery": {"_target_": "ctxbench.metrics.recovery.RecoveryScorer", "fraction": 0.1}},
+              "attribution": {m: {} for m in RISE}, "stats": {"seed": 3}, "paths": {"root": str(job)}}
+    (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
+    (job / ".hydra" / "overrides.yaml").write_text(f"- dataset={config['dataset']['name']}\n")
+    write_reports(job, list(RISE), SCORERS, VIEWS, title="t", stats=STATS, **write_kw)
+    return job
+
+
+def test_run_summary_files_carry_intervals_and_comparisons(tmp_path, capsys):
+    job = write_job(tmp_path, "0_niah_mq_q2", records())
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["stats"] == {"n_resamples": 200, "level": 0.95, "seed": 3, "baseline": None}
+    cell = summary["methods"]["good"]["faithfulness"]["seq"]["RISE"]
+    assert {"mean", "std", "n", "ci_low", "ci_high"} == set(cell)
+    assert len(summary["comparisons"]) == 24
+    md = (job / "summary.md").read_text()
+    good = summary["methods"]["good"]["faithfulness"]["seq"]["RISE"]
+    assert f"| good | {good['mean']:.3f} [{good['ci_low']:.3f}, {good['ci_high']:.3f}] |" in md
+    assert "## Paired comparisons" in md
+    assert "| good | flat | Seq | 8 | **-0.200 [-0.200, -0.200], p=0.0078** (good better) |" in md
+    # the reference-layout CSV is unchanged: means, then the std rows
+    csv_rows = (job / "faithfulness" / "good.csv").read_text().splitlines()
+    assert csv_rows[0] == "Method,RISE,MAS,RISE+AP" and csv_rows[1].startswith("Seq Attr Scores Mean,")
+
+
+def test_report_table1_layout_with_intervals(tmp_path):
+    root = tmp_path / "multirun"
+    write_job(root, "0_niah_mq_q2", records())
+    write_job(root, "1_vt_h2_c3", records(("good", "flat")))
+    jobs = find_jobs([root])
+    _, _, _, cells = table1(jobs, "seq", STATS)
+    # recomputed from results.jsonl with the report's settings: the same bootstrap over the same values
+    assert tuple(cells[("niah_mq_q2", "good")]["stats"]["RISE"][k] for k in ("ci_low", "ci_high")) == \
+        tuple(bootstrap_ci(RISE["good"], n_resamples=200, seed=3))
+    md_path, csv_path, md = write_table1(jobs, tmp_path / "report", "seq", STATS)
+    lines = md.splitlines()
+    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in lines
+    g = cells[("niah_mq_q2", "good")]["stats"]
+    rows = [line for line in lines if line.startswith("| niah_mq_q2 (8) |") or line.startswith("|  | ")]
+    assert rows[0].startswith(f"| niah_mq_q2 (8) | good | **{g['RISE']['mean']:.3f} [{g['RISE']['ci_low']:.3f}, "
+                              f"{g['RISE']['ci_high']:.3f}]** |")
+    assert [r.split(" | ")[1] for r in rows[:3]] == ["good", "flat", "mixed"]
+    assert "| vt_h2_c3 (8) | good |" in md and "### vt_h2_c3" in md
+    # one comparison row per pair and task, its cells as in the run summary
+    assert "| good | flat | 8 | **-0.200 [-0.200, -0.200], p=0.0078** (good better) |" in md
+    saved = json.loads((tmp_path / "report" / "table1.json").read_text())
+    assert len(saved["comparisons"]) == 3 * 4 + 1 * 4 and saved["stats"]["n_resamples"] == 200
+    assert csv_path.read_text().splitlines()[0].startswith("dataset,n,good/RISE,good/MAS")
+
+
+def _compose(overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="run", overrides=overrides)
+
+
+def test_table1_experiment_lists_and_builds_every_method():
+    cfg = _compose(["+experiment=table1", "dataset=niah_mq_q2", "seed=5"])
+    # the spec's Table 1: FlashTrace and its multi-hop variants, per-token IFR, attention, IG, AttnLRP, perturbation
+    assert list(cfg.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
+                                     "attention", "integrated_gradients", "attnlrp", "perturbation"]
+    assert set(cfg.attribution) == {p.stem for p in (ROOT / "conf" / "attribution").glob("*.yaml")} - {
+        "random", "context_cite", "ifr_span", "input_x_gradient"}
+    methods = build_all(cfg.attribution, "attribution", Attributor)
+    assert all(isinstance(m, Attributor) for m in methods.values())
+    assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024
+    stats = OmegaConf.to_object(cfg.stats)
+    assert (stats.baseline, stats.seed, stats.n_resamples) == ("ifr_multi_hop_both", 5, 1000)
+
+
+def test_markdown_without_intervals_keeps_mean_and_std():
+    s = summarize(records(("good",)), SCORERS, VIEWS)
+    # population std of the eight RISE values: sqrt(0.0756 / 8) = 0.097
+    assert "| good | 0.190 ± 0.097 |" in markdown_summary(s, {"faithfulness": SCORERS["faithfulness"].describe()},
+                                                          VIEWS, "t")
