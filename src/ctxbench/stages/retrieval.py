@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,8 +28,8 @@ from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
 from ctxbench.retrieval.metrics import evaluate, parse_metric_key
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.retrieval.report import write_job_report
-from ctxbench.retrieval.search import (NO_RERANKER, load_results, rerank, results_path, retriever_label,
-                                       retriever_settings, save_results, search)
+from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, load_results, rerank, results_path,
+                                       retriever_label, retriever_settings, save_results, search)
 from ctxbench.retrievers.base import Retriever
 from ctxbench.stages.common import stage_paths
 
@@ -57,6 +57,22 @@ def notes(mode: RetrievalMode, reranked: bool) -> list[str]:
     if reranked and any(k > mode.rerank_top_k for k in ks):
         out.append(f"rerank_top_k={mode.rerank_top_k}: reranked metrics at larger k see only the reranked hits")
     return out
+
+
+def stored_or_computed(reranker_name: Optional[str], settings: dict, compute: Callable[[], SearchResults], *,
+                       root: Path, overwrite: bool, eval_name: str, model_name: str,
+                       split: RetrievalSplit) -> SearchResults:
+    """The search results stored for these settings, or computed and stored (a mismatch is refused by
+    ``load_results`` unless ``overwrite``)."""
+    path = results_path(root, model_name, reranker_name, split)
+    results = load_results(path, settings, overwrite)
+    if results is not None:
+        log.info("%s: search results reused from %s", split.column, path)
+        return results
+    results = compute()
+    save_results(path, results, settings, eval_name=eval_name, model_name=model_name, reranker_name=reranker_name,
+                 split=split)
+    return results
 
 
 def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode) -> dict:
@@ -90,33 +106,23 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
         if retriever.needs_lm:
             retriever.use_lm(loaded.model, loaded.tokenizer)
     root = Path(mode.output_dir) if mode.output_dir else output_dir / "search_results"
-    eval_name = dataset.name
     entries, timings = [], {}
     for split in splits:
         t: dict[str, float] = {}
         base = {"corpus": split.fingerprint(), "search_top_k": mode.search_top_k,
                 "ignore_identical_ids": mode.ignore_identical_ids, "retriever": r_settings}
-        path = results_path(root, model_name, None, split)
-        run = load_results(path, base, mode.overwrite)
+        store = dict(root=root, overwrite=mode.overwrite, eval_name=dataset.name, model_name=model_name, split=split)
         t0 = time.perf_counter()
-        if run is None:
-            run = search(retriever, split, mode.search_top_k, mode.ignore_identical_ids)
-            save_results(path, run, base, eval_name=eval_name, model_name=model_name, reranker_name=None, split=split)
-        else:
-            log.info("%s: search results reused from %s", split.column, path)
+        run = stored_or_computed(None, base, lambda: search(retriever, split, mode.search_top_k,
+                                                            mode.ignore_identical_ids), **store)
         t["search_s"] = time.perf_counter() - t0
         runs = {NO_RERANKER: run}
         if reranker is not None:
             settings = {**base, "rerank_top_k": mode.rerank_top_k, "reranker": reranker.settings()}
-            path = results_path(root, model_name, reranker.name, split)
-            reranked = load_results(path, settings, mode.overwrite)
             t0 = time.perf_counter()
-            if reranked is None:
-                reranked = rerank(reranker, split, run, mode.rerank_top_k)
-                save_results(path, reranked, settings, eval_name=eval_name, model_name=model_name,
-                             reranker_name=reranker.name, split=split)
+            runs[reranker.name] = stored_or_computed(reranker.name, settings,
+                                                     lambda: rerank(reranker, split, run, mode.rerank_top_k), **store)
             t["rerank_s"] = time.perf_counter() - t0
-            runs[reranker.name] = reranked
         t0 = time.perf_counter()
         for name, r in runs.items():
             ev = evaluate(r, split.qrels, mode.k_values, mode.missing_as_zero)
