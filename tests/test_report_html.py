@@ -224,6 +224,14 @@ def test_examples_in_results_order_and_bad_data(tmp_path):
     (job / "heatmap_data" / "b.json").write_text(json.dumps({"tokens": [], "generated": []}))
     with pytest.raises(DataError, match=r"b\.json: field 'methods': missing"):
         read_examples(job, 3)
+    bad = {"tokens": ["a", "b"], "generated": ["c"], "methods": {"m": {"views": {"seq": [1.0, 2.0]}, "hops": [[1.0]]}}}
+    (job / "heatmap_data" / "b.json").write_text(json.dumps(bad))
+    with pytest.raises(DataError, match=r"b\.json: field 'methods.m.hops\[0\]': 1 weights for 2 \+ 1 tokens"):
+        read_examples(job, 3)
+    bad["methods"]["m"]["views"]["seq"] = [1.0]
+    (job / "heatmap_data" / "b.json").write_text(json.dumps(bad))
+    with pytest.raises(DataError, match=r"field 'methods.m.seq': 1 weights for 2 prompt tokens"):
+        read_examples(job, 3)
 
 
 def test_report_command_page(tmp_path):

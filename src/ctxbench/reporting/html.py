@@ -76,6 +76,15 @@ def read_examples(job_dir: str | Path, limit: int) -> list[dict[str, Any]]:
         for key in ("tokens", "generated", "methods"):
             if key not in ex:
                 raise DataError("missing", file=p, field=key)
+        P, G = len(ex["tokens"]), len(ex["generated"])
+        for method, m in ex["methods"].items():
+            for view, w in m["views"].items():
+                if len(w) != P:
+                    raise DataError(f"{len(w)} weights for {P} prompt tokens", file=p, field=f"methods.{method}.{view}")
+            for k, h in enumerate(m.get("hops") or []):
+                if len(h) != P + G:
+                    raise DataError(f"{len(h)} weights for {P} + {G} tokens", file=p,
+                                    field=f"methods.{method}.hops[{k}]")
         out.append(ex)
     return out
 
@@ -157,15 +166,11 @@ def example_section(ex: dict[str, Any], ex_id: str, top_k: int = TOP_K,
     P, G = len(tokens), len(generated)
     gold = ex.get("gold")
     sink = ex.get("sink_span")
-    variants = {}
-    for method, m in ex["methods"].items():
-        for name, vals in m["views"].items():
-            if len(vals) != P:
-                raise DataError(f"{len(vals)} weights for {P} prompt tokens", field=f"methods.{method}.views.{name}")
-        variants[method] = _variants(m, P)
+    variants = {method: _variants(m, P) for method, m in ex["methods"].items()}
     tops = {(me, k): top_tokens(v[1], top_k) for me, vs in variants.items() for k, v in vs.items()}
     ranked = [t[r] for r in range(top_k) for t in tops.values() if r < len(t)]
     shown = shown_positions(P, list(gold or ()) + ranked, max_tokens)
+    visible = set(shown)
     sink_pos = list(range(sink[0], sink[1] + 1)) if sink else []
     gen_top = {key: top_tokens(v[2], top_k) for vs in variants.values() for key, v in vs.items() if v[2] is not None}
     gen_shown = shown_positions(G, sink_pos + [i for t in gen_top.values() for i in t], max_tokens)
@@ -179,7 +184,7 @@ def example_section(ex: dict[str, Any], ex_id: str, top_k: int = TOP_K,
         for key, (_, w, g) in vs.items():
             # a hop is shaded on one scale over prompt and generation, so its split between the two shows
             s = shades(w if g is None else np.concatenate([w, g]))
-            data[pid][key] = {"c": s[:P][shown].tolist(), "t": tops[(method, key)]}
+            data[pid][key] = {"c": s[:P][shown].tolist(), "t": [i for i in tops[(method, key)] if i in visible]}
             if g is not None:
                 data[pid][key]["g"] = s[P:][gen_shown].tolist()
         first = next(iter(vs))
@@ -331,8 +336,8 @@ def legend(top_k: int = TOP_K, max_tokens: int = MAX_TOKENS) -> str:
             f"tokens; below each map the generated text, <span class='sink'>underlined green</span>: the explained "
             f"answer span. Buttons switch a method between its views and, for multi-hop methods, its hops (hop 0 "
             f"first; a hop's shades cover prompt and generation). Prompts longer than {max_tokens} tokens are cut to "
-            f"windows of up to ±{WINDOW} tokens around the gold tokens and every method's top tokens, narrowed until at "
-            f"most {max_tokens} remain; '⋯ n tokens ⋯' marks what was left out.</p>")
+            f"windows of up to ±{WINDOW} tokens around the gold tokens and every method's top tokens, narrowed until "
+            f"at most {max_tokens} remain; '⋯ n tokens ⋯' marks what was left out.</p>")
 
 
 def page(title: str, body: str, data: dict[str, Any]) -> str:
