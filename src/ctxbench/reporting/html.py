@@ -257,9 +257,10 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
         body.append(f"<tr><th>{_text(c['a'])} − {_text(c['b'])}</th><td>{_text(c.get('mode', ''))}</td>"
                     f"<td>{_text(VIEW_LABELS.get(c.get('view'), c.get('view', '')))}</td><td>{_text(c['label'])}</td>"
                     f"<td>{c['n']}</td><td>{diff}</td><td>{p}</td><td>{better}</td></tr>")
-    return ("<h3>Paired comparisons (same examples)</h3><table><thead><tr><th>A − B</th><th>mode</th><th>view</th>"
-            "<th>metric</th><th>pairs</th><th>mean difference [interval]</th><th>signed-rank p</th><th>better</th>"
-            f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    # folded: methods x views x metrics make many rows
+    return (f"<details><summary>Paired comparisons on the same examples ({len(rows)})</summary><table><thead><tr>"
+            "<th>A − B</th><th>mode</th><th>view</th><th>metric</th><th>pairs</th><th>mean difference [interval]</th>"
+            f"<th>signed-rank p</th><th>better</th></tr></thead><tbody>{''.join(body)}</tbody></table></details>")
 
 
 def figures(job_dir: Path) -> str:
@@ -289,7 +290,8 @@ def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], ce
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:100em;padding:0 1em;color:#111}
-table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right}
+table{border-collapse:collapse;margin:.5em 0 1.5em;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
 thead th{background:#f3f4f6}tbody th{text-align:left}.ci{color:#555;font-size:.85em}
 figure{display:inline-block;margin:0 1em 1em 0}figure img{max-width:40em}
 .panels{display:grid;grid-template-columns:repeat(auto-fill,minmax(30em,1fr));gap:1em}
