@@ -252,7 +252,7 @@ def test_report_command_page(tmp_path):
     dom = Dom(page)
     assert [e["attrs"]["id"] for e in dom.elements if e["attrs"].get("class") == "example"] == ["j0ex0", "j1ex0"]
     assert set(data_block(page)) == {"j0ex0-m0", "j0ex0-m1", "j1ex0-m0", "j1ex0-m1"}
-    assert page.count("<details") == 2
+    assert page.count("<summary>niah_") == 2 and page.count("<details open>") == 1  # one folding section per job
 
 
 # --- a real browser ------------------------------------------------------------------------------------------------
