@@ -19,6 +19,8 @@ from ctxbench.generators.openai import OpenAIGenerator
 from ctxbench.generators.replay import ReplayGenerator
 from ctxbench.models.openai_client import ChatClient, ChatError
 from ctxbench.parts import build
+from ctxbench.sampling.boxed import split_boxed_generation
+from ctxbench.tokens import eos_ids
 
 from conftest import ROOT
 
@@ -313,7 +315,7 @@ class FakeLM:
         self.fail_width = fail_width
         self.model = self
 
-    def generate(self, input_ids, attention_mask, generation_config):
+    def generate(self, input_ids, attention_mask, generation_config, logits_processor=None):
         self.calls.append((input_ids.clone(), attention_mask.clone(), generation_config))
         if self.fail_width is not None and input_ids.shape[0] > 1:
             raise RuntimeError("CUDA out of memory (pretend)")
@@ -396,3 +398,77 @@ def test_hf_on_smollm2_batched_equals_one_by_one(smollm2):
     s1 = HFGenerator(max_new_tokens=3, temperature=1.0, seed=3)
     s1.bind(smollm2)
     assert [g.text for g in s1.generate(reqs[:1])] == [g.text for g in s1.generate(reqs[:1])]  # seeded sampling
+
+
+# --- box_on_stop (BoxGuard) -------------------------------------------------------------------------------------------
+
+def _greedy_with_guard(tok, prompt_ids, wants, steps=60):
+    """A greedy loop over a scripted 'model': ``wants(generated_text)`` names the token it prefers next."""
+    from ctxbench.generators.box_guard import BoxGuard
+
+    stops = eos_ids(tok)
+    guard = BoxGuard(tok, len(prompt_ids), stops)
+    ids = list(prompt_ids)
+    for _ in range(steps):
+        scores = torch.zeros(1, len(tok))
+        scores[0, wants(tok.decode(ids[len(prompt_ids):], skip_special_tokens=True))] = 1.0
+        nxt = int(guard(torch.tensor([ids]), scores).argmax())
+        ids.append(nxt)
+        if nxt in stops:
+            break
+    return ids[len(prompt_ids):]
+
+
+def test_box_guard_opens_the_box_when_the_model_stops_and_ends_it_when_closed(smol_tokenizer):
+    tok = smol_tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    sentence = tok(" The answer is 4.", add_special_tokens=False)["input_ids"]
+
+    def wants(text):  # writes one sentence, then wants to stop; inside a box it writes the sentence again
+        written = tok(text.split("\\box{")[-1], add_special_tokens=False)["input_ids"] if text else []
+        return sentence[len(written)] if len(written) < len(sentence) else eos
+
+    new = _greedy_with_guard(tok, tok("Q?", add_special_tokens=False)["input_ids"], wants)
+    text = tok.decode(new, skip_special_tokens=True)
+    assert new[-1] in eos_ids(tok)
+    assert text == " The answer is 4.\n\\box{ The answer is 4.}"
+    split = split_boxed_generation(text)
+    assert split.ok and (split.thinking, split.answer) == ("The answer is 4.", "The answer is 4.")
+
+
+def test_box_guard_leaves_a_boxing_model_alone_and_stops_after_its_box(smol_tokenizer):
+    tok = smol_tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    full = tok(" Two and two. \\box{It is 4.} And more text", add_special_tokens=False)["input_ids"]
+
+    def wants(text):  # the model's own box, then text after it that the guard must cut
+        n = len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
+        return full[n] if n < len(full) else eos
+
+    text = tok.decode(_greedy_with_guard(tok, [1, 2], wants), skip_special_tokens=True)
+    assert text == " Two and two. \\box{It is 4.}"
+
+
+def test_box_guard_in_transformers_generate_on_a_tiny_llama(smol_tokenizer):
+    """Through HFGenerator and transformers' generate: a model that always wants to stop gets the box opened, closed
+    and ended, and nothing else (its own choices are all EOS)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    tok = smol_tokenizer
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64), attn_implementation="eager").eval()
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    model.lm_head.register_forward_hook(lambda m, i, out: out.index_add(
+        -1, torch.tensor([eos]), torch.full((*out.shape[:-1], 1), 1e4)))
+
+    class LM:
+        tokenizer, device = tok, torch.device("cpu")
+
+    LM.model = model
+    for box_on_stop, expected in ((False, ""), (True, "\n\\box{}")):
+        gen = HFGenerator(batch_size=2, max_new_tokens=12, box_on_stop=box_on_stop)
+        gen.bind(LM)
+        out = gen.generate([GenerationRequest("a", text="Hello there"), GenerationRequest("b", text="Hi")])
+        assert [(g.text, g.finish_reason) for g in out] == [(expected, "stop")] * 2

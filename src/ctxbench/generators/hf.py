@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Optional
 import torch
 
 from ctxbench.generators.base import Generation, GenerationRequest, Generator, one_line
+from ctxbench.generators.box_guard import BoxGuard
 from ctxbench.tokens import eos_ids
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ class HFGenerator(Generator):
     """Batched local generation. ``batch_size``: requests per forward batch; ``max_new_tokens``; ``temperature`` 0 =
     greedy, > 0 = sampling with ``top_p`` and ``seed``; ``repetition_penalty``: transformers' penalty on tokens already
     in the sequence (1.0 = none; small models loop without it); ``enable_thinking``: passed to chat templates that read it
-    (Qwen3), None = the template's default; ``progress``: a tqdm bar over batches."""
+    (Qwen3), None = the template's default; ``box_on_stop``: keep generations in the box format (``BoxGuard``: open
+    ``\\box{`` when the model would stop without one, stop once it is closed); ``progress``: a tqdm bar over batches."""
 
     name: ClassVar[str] = "hf"
     needs_model: ClassVar[bool] = True
@@ -49,6 +51,7 @@ class HFGenerator(Generator):
     seed: int = 0
     repetition_penalty: float = 1.0
     enable_thinking: Optional[bool] = None
+    box_on_stop: bool = False
     progress: bool = False
 
     def __post_init__(self):
@@ -127,7 +130,7 @@ class HFGenerator(Generator):
 
     @torch.no_grad()
     def _run_batch(self, lm, batch: list[list[int]]) -> list[tuple[str, str, int]]:
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         tok = lm.tokenizer
         stops = eos_ids(tok)
@@ -145,8 +148,9 @@ class HFGenerator(Generator):
                                    repetition_penalty=self.repetition_penalty,
                                    eos_token_id=stops or None, pad_token_id=pad)
         device = lm.device if lm.device is not None else next(lm.model.parameters()).device
+        guard = [BoxGuard(tok, width, stops)] if self.box_on_stop else []
         seqs = lm.model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                                 generation_config=gen_cfg)
+                                 generation_config=gen_cfg, logits_processor=LogitsProcessorList(guard))
         results = []
         for row in seqs[:, width:].tolist():
             cut = next((k for k, t in enumerate(row) if t in stops), None)
