@@ -383,3 +383,62 @@ def test_unsupported_models_are_refused():
     neox = AutoModelForCausalLM.from_config(GPTNeoXConfig(**small))
     with pytest.raises(UnsupportedModelError, match="model_type='gpt_neox'"):
         FTAttnLRPAttributor().attribute(neox, FakeTokenizer(), make_input(T=12, gen_start=6))
+
+
+# --- SmolLM2 and the run stage (slow) -------------------------------------------------------------------------------
+
+PROMPT = ("The red key is in the blue box. The green key is under the table. Alice took the blue box to the garden."
+          "\nQuestion: Where is the red key?")
+TARGET = "The red key is in the blue box, and Alice took the box to the garden.\nThe garden."
+
+
+@pytest.mark.slow
+def test_conservation_on_smollm2(smollm2, monkeypatch):
+    from ctxbench.prompts.formats import ModelInput
+
+    tok = smollm2.tokenizer
+    p_ids = tok(PROMPT, add_special_tokens=False).input_ids
+    g_ids = tok(TARGET, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    mi = ModelInput(input_ids=torch.tensor(p_ids + g_ids), prompt_positions=torch.arange(len(p_ids)),
+                    prompt_offsets=[], gen_start=len(p_ids), text=PROMPT)
+    model = smollm2.model
+    req = [p.requires_grad for p in model.parameters()]
+    try:
+        ctx, lp, led = _lrp_pass(model, mi, 0.0, monkeypatch)
+        report = []
+        for t in (0, ctx.G // 2, ctx.G - 1):
+            led.clear_grads()
+            w = torch.zeros(ctx.G)
+            w[t] = 1
+            r_in, kept, z = float(lp.relevance(w).sum()), led.absorbed(), float(lp.logits[t].detach())
+            report.append((t, z, r_in, kept["softmax"], abs(r_in + kept["bias"] + kept["softmax"] - z) / abs(z)))
+    finally:
+        for p, r in zip(model.parameters(), req):
+            p.requires_grad_(r)
+    print("\nSmolLM2 (float32): row, logit, input relevance, softmax terms, relative conservation error")
+    for row in report:
+        print("  %2d %8.3f %8.3f %8.3f %.1e" % row)
+    assert max(r[4] for r in report) < 1e-5  # no biases in SmolLM2: input + softmax terms = logit
+    assert all(0 < r[2] / r[1] < 1 for r in report)  # the input keeps a positive share of each logit
+
+
+@pytest.mark.slow
+def test_run_exp_writes_attnlrp_records(tmp_path):
+    import json
+
+    from test_run_exp import run_cfg
+    from ctxbench.stages.run import RESULTS, run_stage
+
+    cfg = run_cfg(tmp_path, "dataset.num_samples=1", "max_examples=1", "attribution=[attnlrp,ft_attnlrp]",
+                  "attribution.attnlrp.row_batch=8", "attribution.ft_attnlrp.hops=2", "mode=[recovery]",
+                  "views=[seq]", "heatmaps=0", "save_traces=true")
+    out = tmp_path / "job"
+    summary = run_stage(cfg, out)
+    recs = [json.loads(line) for line in (out / RESULTS).read_text().splitlines()]
+    assert sorted(r["method"] for r in recs) == ["attnlrp", "ft_attnlrp"]
+    for r in recs:
+        print(f"\n{r['method']}: Recall@10% {r['recovery']['seq']:.3f}, {r['attribution_s']:.1f} s")
+        assert 0 <= r["recovery"]["seq"] <= 1 and r["attribution_s"] > 0
+    assert summary["ft_attnlrp"]["examples"] == 1 and summary["attnlrp"]["examples"] == 1
+    assert summary["ft_attnlrp"]["recovery"]["seq"]["recall"]["n"] == 1
+    assert len((out / "traces" / "ft_attnlrp" / "manifest.jsonl").read_text().splitlines()) == 1
