@@ -55,7 +55,9 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     from ctxbench.reporting.aggregate import find_jobs, write_table1
 
     _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
-    assert "| niah_mq_q2 (4) |" in table and "ifr_multi_hop_both Recall@10%" in table
+    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in table
+    assert "| niah_mq_q2 (4) | ifr_multi_hop |" in table and "|  | ifr_multi_hop_both |" in table
+    assert "### niah_mq_q2" in table  # the paired comparisons, recomputed from results.jsonl
     # Rerun in the same dir: nothing recomputed, same summary.
     before = (out / RESULTS).read_bytes()
     again = run_stage(cfg, out)
@@ -109,4 +111,4 @@ def test_a_mode_from_outside_the_library(tmp_path):
     from ctxbench.reporting.aggregate import find_jobs, write_table1
 
     _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
-    assert "ifr_multi_hop mass x100" in table
+    assert "| task (N) | method | mass x100 |" in table and "ifr_multi_hop |" in table
