@@ -14,6 +14,7 @@ from ctxbench.datasets.ruler import load_ruler_jsonl
 from ctxbench.datasets.ruler_gen import TASKS, task_path, task_spec, write_task
 from ctxbench.errors import DataError, UnknownDatasetError
 from ctxbench.example import CachedExample
+from ctxbench.locks import create_once
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,9 @@ class RulerTask(Dataset):
         if path.is_file():
             return path
         if self.generate_missing:
-            return self.generate(paths, tokenizer)
+            # Jobs of a sweep needing the same task together: one generates it, the others wait and read it.
+            return create_once(path, lambda: path if path.is_file() else None,
+                               lambda: self.generate(paths, tokenizer))
         raise UnknownDatasetError(
             f"dataset '{self.name}' at length {self.length}: {path} does not exist (lengths present: "
             f"{ruler_lengths(paths.data_dir, self.name) or 'none'}); generate it with "

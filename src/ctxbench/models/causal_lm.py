@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from ctxbench.assets import package_dir
+from ctxbench.locks import create_once
 from ctxbench.models.spec import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -115,11 +116,8 @@ def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         os.replace(tmp, target)
-    except OSError:
-        if target.exists():  # another process finished first
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # left only when saving or the rename failed
 
 
 def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
@@ -137,8 +135,9 @@ def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
 def _weights_location(cfg: ModelConfig, source: ModelSource, cache_dir) -> tuple[str, Optional[str]]:
     if source.gguf_file and cfg.dequantized_cache and cache_dir is not None:
         target = _gguf_cache_dir(source, Path(cache_dir))
-        if not (target / "config.json").exists():
-            _dequantize_to_cache(source, target)
+        # Jobs of a sweep starting together: one dequantises, the others wait for it and read its copy.
+        create_once(target, lambda: target if (target / "config.json").exists() else None,
+                    lambda: _dequantize_to_cache(source, target))
         return str(target), None
     return source.location, source.gguf_file
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from ctxbench.assets import package_dir
+from ctxbench.locks import create_once
 
 log = logging.getLogger(__name__)
 
@@ -201,15 +202,22 @@ class Embedder:
             return self.encode(texts, self.passage_max_length)
         key = self.cache_key(texts, self.passage_max_length)
         folder = self.cache_folder(root, key)
-        cached = load_cached(folder, key, len(texts))
-        if cached is not None:
-            log.info("embedder: %d corpus embeddings reused from %s", len(texts), folder)
-            self.last_stats = {"cache": "hit", "n_texts": len(texts), "total_s": 0.0, "forward_s": 0.0}
+
+        def reuse() -> Optional[np.ndarray]:
+            cached = load_cached(folder, key, len(texts))
+            if cached is not None:
+                log.info("embedder: %d corpus embeddings reused from %s", len(texts), folder)
+                self.last_stats = {"cache": "hit", "n_texts": len(texts), "total_s": 0.0, "forward_s": 0.0}
             return cached
-        emb = self.encode(texts, self.passage_max_length)
-        save_cached(folder, key, emb)
-        self.last_stats["cache"] = "written"
-        return emb
+
+        def compute() -> np.ndarray:
+            emb = self.encode(texts, self.passage_max_length)
+            save_cached(folder, key, emb)
+            self.last_stats["cache"] = "written"
+            return emb
+
+        # Jobs of a sweep encoding the same corpus together: one encodes, the others wait and read its cache.
+        return create_once(folder, reuse, compute)
 
     def cache_key(self, texts: Sequence[str], max_length: int, instruction: Optional[str] = None) -> dict[str, Any]:
         """Everything that changes the embeddings of ``texts`` (module doc)."""
