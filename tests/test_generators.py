@@ -416,7 +416,7 @@ def _greedy_with_guard(tok, prompt_ids, wants, steps=60):
         ids.append(nxt)
         if nxt in stops:
             break
-    return ids[len(prompt_ids):]
+    return ids[len(prompt_ids):], guard.forced.get(0, [])
 
 
 def test_box_guard_opens_the_box_when_the_model_stops_and_ends_it_when_closed(smol_tokenizer):
@@ -428,9 +428,9 @@ def test_box_guard_opens_the_box_when_the_model_stops_and_ends_it_when_closed(sm
         written = tok(text.split("\\box{")[-1], add_special_tokens=False)["input_ids"] if text else []
         return sentence[len(written)] if len(written) < len(sentence) else eos
 
-    new = _greedy_with_guard(tok, tok("Q?", add_special_tokens=False)["input_ids"], wants)
+    new, forced = _greedy_with_guard(tok, tok("Q?", add_special_tokens=False)["input_ids"], wants)
     text = tok.decode(new, skip_special_tokens=True)
-    assert new[-1] in eos_ids(tok)
+    assert new[-1] in eos_ids(tok) and forced == ["open_box", "close_box"]
     assert text == " The answer is 4.\n\\box{ The answer is 4.}"
     split = split_boxed_generation(text)
     assert split.ok and (split.thinking, split.answer) == ("The answer is 4.", "The answer is 4.")
@@ -445,8 +445,8 @@ def test_box_guard_leaves_a_boxing_model_alone_and_stops_after_its_box(smol_toke
         n = len(tok(text, add_special_tokens=False)["input_ids"]) if text else 0
         return full[n] if n < len(full) else eos
 
-    text = tok.decode(_greedy_with_guard(tok, [1, 2], wants), skip_special_tokens=True)
-    assert text == " Two and two. \\box{It is 4.}"
+    new, forced = _greedy_with_guard(tok, [1, 2], wants)
+    assert tok.decode(new, skip_special_tokens=True) == " Two and two. \\box{It is 4.}" and forced == ["end_after_box"]
 
 
 def test_box_guard_in_transformers_generate_on_a_tiny_llama(smol_tokenizer):
@@ -467,8 +467,8 @@ def test_box_guard_in_transformers_generate_on_a_tiny_llama(smol_tokenizer):
         tokenizer, device = tok, torch.device("cpu")
 
     LM.model = model
-    for box_on_stop, expected in ((False, ""), (True, "\n\\box{}")):
+    for box_on_stop, expected, forced in ((False, "", []), (True, "\n\\box{}", ["open_box", "close_box"])):
         gen = HFGenerator(batch_size=2, max_new_tokens=12, box_on_stop=box_on_stop)
         gen.bind(LM)
         out = gen.generate([GenerationRequest("a", text="Hello there"), GenerationRequest("b", text="Hi")])
-        assert [(g.text, g.finish_reason) for g in out] == [(expected, "stop")] * 2
+        assert [(g.text, g.finish_reason, g.forced) for g in out] == [(expected, "stop", forced)] * 2

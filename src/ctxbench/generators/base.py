@@ -42,7 +42,8 @@ class GenerationRequest:
 class Generation:
     """The response to one request. ``finish_reason``: ``stop`` (EOS / the model stopped), ``length``
     (``max_new_tokens`` reached), ``replay``, or what the endpoint said; ``error``: None, or a one-line reason (then
-    ``text`` is empty). Token counts are None when unknown."""
+    ``text`` is empty). Token counts are None when unknown. ``forced``: what a decoding guard wrote instead of the model
+    (``BoxGuard``: ``open_box``, ``close_box``, ``end_after_box``), in order; empty when the model chose every token."""
 
     key: str
     text: str = ""
@@ -50,6 +51,7 @@ class Generation:
     error: Optional[str] = None
     prompt_tokens: Optional[int] = None
     completion_tokens: Optional[int] = None
+    forced: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +59,8 @@ class Generation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "text": self.text, "finish_reason": self.finish_reason, "error": self.error,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "forced": list(self.forced)}
 
 
 class Generator(ABC):

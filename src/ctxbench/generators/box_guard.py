@@ -36,6 +36,7 @@ class BoxGuard:
         self.opening = tokenizer(OPENING, add_special_tokens=False)["input_ids"]
         self.closing = tokenizer(CLOSING, add_special_tokens=False)["input_ids"]
         self.queue: dict[int, list[int]] = {}
+        self.forced: dict[int, list[str]] = {}  # row -> what was forced, in order (Generation.forced)
 
     def _force(self, scores: torch.Tensor, row: int, token: int) -> None:
         scores[row] = float("-inf")
@@ -52,8 +53,11 @@ class BoxGuard:
                 continue  # this row has finished; generate pads it
             boxes = find_boxes(self.tok.decode(new, skip_special_tokens=True))
             if boxes and boxes[-1][2] is not None:
+                if int(scores[row].argmax()) not in self.stops:
+                    self.forced.setdefault(row, []).append("end_after_box")
                 self._force(scores, row, self.stops[0])
             elif int(scores[row].argmax()) in self.stops:
+                self.forced.setdefault(row, []).append("close_box" if boxes else "open_box")
                 self.queue[row] = list(self.closing if boxes else self.opening)
                 self._force(scores, row, self.queue[row].pop(0))
         return scores

@@ -123,13 +123,13 @@ class HFGenerator(Generator):
                 if isinstance(res, Exception):
                     out[i] = Generation(requests[i].key, error=one_line(f"{type(res).__name__}: {res}"))
                 else:
-                    text, finish, n_new = res
+                    text, finish, n_new, forced = res
                     out[i] = Generation(requests[i].key, text=text, finish_reason=finish, prompt_tokens=len(ids),
-                                        completion_tokens=n_new)
+                                        completion_tokens=n_new, forced=forced)
         return [out[i] for i in range(len(requests))]
 
     @torch.no_grad()
-    def _run_batch(self, lm, batch: list[list[int]]) -> list[tuple[str, str, int]]:
+    def _run_batch(self, lm, batch: list[list[int]]) -> list[tuple[str, str, int, list[str]]]:
         from transformers import GenerationConfig, LogitsProcessorList
 
         tok = lm.tokenizer
@@ -152,11 +152,12 @@ class HFGenerator(Generator):
         seqs = lm.model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                                  generation_config=gen_cfg, logits_processor=LogitsProcessorList(guard))
         results = []
-        for row in seqs[:, width:].tolist():
+        for r, row in enumerate(seqs[:, width:].tolist()):
             cut = next((k for k, t in enumerate(row) if t in stops), None)
             if cut is None:
                 new, finish, n_new = row, "length", len(row)
             else:
                 new, finish, n_new = row[:cut], "stop", cut + 1  # the EOS token counts as generated
-            results.append((tok.decode(new, skip_special_tokens=True), finish, n_new))
+            results.append((tok.decode(new, skip_special_tokens=True), finish, n_new,
+                            guard[0].forced.get(r, []) if guard else []))
         return results

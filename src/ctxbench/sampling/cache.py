@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,27 +23,7 @@ from ctxbench.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples
 from ctxbench.files import atomic_write_text
 from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
-
-
-@dataclass(frozen=True)
-class Shard:
-    index: int = 0
-    count: int = 1
-
-    def __post_init__(self):
-        if self.count < 1 or not 0 <= self.index < self.count:
-            raise ValueError(f"shard.index={self.index} must be in [0, shard.count={self.count})")
-
-    def select(self, items: list) -> list:
-        """Rows index, index + count, ... of the dataset (every shard sees rows from the whole dataset)."""
-        return items[self.index::self.count]
-
-    def path(self, cache: Path) -> Path:
-        return cache if self.count == 1 else shard_path(cache, self.index, self.count)
-
-
-def shard_path(cache: Path, index: int, count: int) -> Path:
-    return cache.with_name(f"{cache.stem}.shard-{index}-of-{count}{cache.suffix}")
+from ctxbench.shards import Shard, shard_path  # noqa: F401  (Shard: the sampling stage's import)
 
 
 def config_path(cache: Path) -> Path:
@@ -119,14 +98,16 @@ class SampleCache:
 
 
 def funnel(path: Path) -> dict[str, Any]:
-    """Counts over a cache's log: rows processed, generated, well-formed, judged correct, kept, and rejection reasons."""
+    """Counts over a cache's log: rows processed, generated, well-formed, judged correct, kept, rejection reasons, and
+    ``box_forced``: generations in which a decoding guard wrote box markup (``Generation.forced``)."""
     statuses: Counter = Counter()
     reasons: Counter = Counter()
-    n = 0
+    n = guarded = 0
     for _, obj in iter_jsonl(log_path(path)) if log_path(path).exists() else []:
         if "id" not in obj:
             continue
         n += 1
+        guarded += bool((obj.get("generation") or {}).get("forced"))
         statuses[obj["status"]] += 1
         if obj["status"] == "malformed":  # the format check's stable reason; other statuses are their own reason
             reasons[obj.get("reason") or "malformed"] += 1
@@ -137,7 +118,8 @@ def funnel(path: Path) -> dict[str, Any]:
     judged = well_formed - statuses["judge_error"]
     correct = judged - statuses["judged_wrong"]
     return {"processed": n, "generated": generated, "well_formed": well_formed, "judged": judged,
-            "judged_correct": correct, "kept": statuses["kept"], "rejections": dict(sorted(reasons.items()))}
+            "judged_correct": correct, "kept": statuses["kept"], "rejections": dict(sorted(reasons.items())),
+            "box_forced": guarded}
 
 
 def merge_shards(cache: Path, count: int, order: list[str], max_examples: Optional[int] = None) -> dict[str, Any]:

@@ -90,7 +90,8 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
             else:
                 kept = attach_spans(ex, splits[i].thinking, splits[i].answer, tokenizer,
                                     judge_response=verdicts[i].response, retrieved_ids=entry["retrieved_ids"],
-                                    generation_prompt=fs.prompt.text)
+                                    generation_prompt=fs.prompt.text,
+                                    **({"generation_forced": g.forced} if g.forced else {}))
                 entry.update(status="kept" if kept else "no_span_tokens",
                              reason=None if kept else "no target token overlaps the answer")
             if kept is not None and max_examples is not None and cache.kept >= max_examples:
@@ -168,5 +169,6 @@ def _finish(output_dir: str | Path, path: Path) -> dict:
     atomic_write_text(Path(output_dir) / "funnel.json", json.dumps({"cache": str(path), **counts}, indent=2) + "\n")
     reasons = ", ".join(f"{k} {v}" for k, v in counts["rejections"].items()) or "none"
     print(f"{path}: {counts['processed']} rows processed, {counts['generated']} generated, {counts['well_formed']} "
-          f"well-formed, {counts['judged_correct']} judged correct, {counts['kept']} kept; rejections: {reasons}")
+          f"well-formed ({counts['box_forced']} with box markup forced), {counts['judged_correct']} judged correct, "
+          f"{counts['kept']} kept; rejections: {reasons}")
     return {"cache": str(path), **counts}
