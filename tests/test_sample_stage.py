@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from ctxbench.conf import register_configs
 from ctxbench.datasets import morehopqa_sample
-from ctxbench.errors import DataError
+from ctxbench.errors import ConfigError, DataError
 from ctxbench.evaluation import example_spans
 from ctxbench.example import read_examples
 from ctxbench.sampling.cache import log_path, shard_path
@@ -114,6 +114,17 @@ def test_max_examples_and_shards_merge_to_the_unsharded_run(tmp_path):
     assert cache.read_bytes() == expected and out["kept"] == 2
     with pytest.raises(DataError, match="exists already"):
         sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m2")
+
+
+def test_max_rows_is_a_budget_a_rerun_may_raise(tmp_path):
+    out = sample_stage(cfg_for(tmp_path, "max_rows=5"), tmp_path / "job1")
+    assert out["processed"] == 5 and out["kept"] == 2  # rows 0 and 3 of the first five
+    out = sample_stage(cfg_for(tmp_path, "max_rows=7"), tmp_path / "job2")  # resumes: rows 5 and 6 only
+    log = [json.loads(line) for line in log_path(tmp_path / "samples" / "morehopqa.jsonl").read_text().splitlines()]
+    assert [x["id"] for x in log if "id" in x] == [r["_id"] for r in ROWS[:7]]
+    assert out["processed"] == 7 and _ids(tmp_path / "samples" / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3, 6)]
+    with pytest.raises(ConfigError, match="max_rows=0"):
+        sample_stage(cfg_for(tmp_path, "max_rows=0"), tmp_path / "job3")
 
 
 def test_overlapping_shards_are_refused(tmp_path):

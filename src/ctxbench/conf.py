@@ -56,6 +56,7 @@ class SampleConfig(PromptConfig):
     judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml)
     cache: Optional[str] = None  # the CachedExample cache; None = <paths.samples_dir>/<dataset.name>.jsonl
     max_examples: Optional[int] = None  # keep the first N judged-correct examples in dataset order
+    max_rows: Optional[int] = None  # process only the first N rows of the dataset (a budget; a rerun may raise it)
     shard: ShardConfig = field(default_factory=ShardConfig)
     merge: bool = False  # join shards 0..shard.count-1 of the cache instead of sampling
     chunk: int = 16  # rows generated, judged and written at a time (a kill loses at most one chunk's work)
@@ -80,6 +81,8 @@ class RunConfig(DataConfig):
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
     # intervals and paired comparisons of summary.json/summary.md (docs/metrics.md#statistics); run.yaml: seed=${seed}
     stats: StatsSettings = field(default_factory=StatsSettings)
+    shard: ShardConfig = field(default_factory=ShardConfig)  # docs/scale-out.md: this job attributes one slice
+    merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
     dry_run: bool = False
     progress: bool = True
 

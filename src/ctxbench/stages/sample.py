@@ -115,6 +115,8 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         raise ConfigError(str(exc)) from exc
     if cfg.chunk < 1:
         raise ConfigError(f"chunk={cfg.chunk}: must be >= 1")
+    if cfg.max_rows is not None and cfg.max_rows < 1:
+        raise ConfigError(f"max_rows={cfg.max_rows}: must be >= 1 (or null: every row)")
     model_cfg = OmegaConf.to_object(cfg.model)
     local = model_cfg.backend == "hf"
     # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
@@ -128,6 +130,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                           "explain (backend hf) and generate with generator=openai")
     # Sampling reads the raw data, never a cache of its own output.
     source, examples = dataset.load(paths, tokenizer, use_cache=False)
+    examples = examples[:cfg.max_rows]  # before sharding: shards split the same first rows
     cache = cache_path(cfg, dataset.name)
     write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
                        n_examples=len(examples), extra={"cache": str(cache), "shard": [shard.index, shard.count]})
