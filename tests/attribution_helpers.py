@@ -59,7 +59,8 @@ def method_classes() -> dict:
     from ctxbench import attribution as A
 
     classes = (A.SpanIFRAttributor, A.AllPositionsIFRAttributor, A.MultiHopIFRAttributor, A.MultiHopBothAttributor,
-               A.AttentionAttributor, A.InputXGradientAttributor, A.IntegratedGradientsAttributor, A.RandomAttributor)
+               A.AttentionAttributor, A.InputXGradientAttributor, A.IntegratedGradientsAttributor, A.RandomAttributor,
+               A.AttnLRPAttributor, A.FTAttnLRPAttributor, A.PerturbationAttributor, A.ContextCiteAttributor)
     return {cls.method: cls for cls in classes}
 
 

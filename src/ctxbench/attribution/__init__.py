@@ -9,16 +9,20 @@ Methods and their parameters: docs/attribution.md. In a run, each is the ``_targ
 
 from ctxbench.attribution.base import AttributionResult, Attributor, is_stop_text, stop_mask
 from ctxbench.attribution import views
+from ctxbench.attribution.attnlrp import AttnLRPAttributor, FTAttnLRPAttributor
 from ctxbench.attribution.baselines import (AttentionAttributor, InputXGradientAttributor,
                                             IntegratedGradientsAttributor, RandomAttributor)
 from ctxbench.attribution.capture import Capture, UnsupportedModelError, adapter_for, capture
+from ctxbench.attribution.context_cite import ContextCiteAttributor
 from ctxbench.attribution.ifr import (AllPositionsIFRAttributor, IFRConfig, SpanIFRAttributor, per_token_ifr,
                                       reconstruct_x_mid, span_ifr)
 from ctxbench.attribution.multi_hop import MultiHopBothAttributor, MultiHopIFRAttributor
+from ctxbench.attribution.perturbation import PerturbationAttributor
 from ctxbench.attribution.traces import load_trace, save_trace
 
 __all__ = ["AttributionResult", "Attributor", "is_stop_text", "stop_mask", "views", "AttentionAttributor",
            "InputXGradientAttributor", "IntegratedGradientsAttributor", "RandomAttributor", "Capture",
            "UnsupportedModelError", "adapter_for", "capture", "AllPositionsIFRAttributor", "IFRConfig",
            "SpanIFRAttributor", "per_token_ifr", "reconstruct_x_mid", "span_ifr", "MultiHopBothAttributor",
-           "MultiHopIFRAttributor", "load_trace", "save_trace"]
+           "MultiHopIFRAttributor", "load_trace", "save_trace", "AttnLRPAttributor", "FTAttnLRPAttributor",
+           "ContextCiteAttributor", "PerturbationAttributor"]

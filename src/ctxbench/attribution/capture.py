@@ -24,11 +24,13 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ctxbench.errors import UserError
 from ctxbench.models.attention import attention_kernel
 
 
-class UnsupportedModelError(ValueError):
-    """The model's attention block cannot be decomposed by this code (say which family and why)."""
+class UnsupportedModelError(UserError, ValueError):
+    """The model's attention block cannot be decomposed by this code (say which family and why); a user error: the
+    stages print it as one line."""
 
 
 class _StopForward(Exception):
