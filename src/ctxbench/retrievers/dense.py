@@ -2,8 +2,8 @@
 with Faiss.
 
 The pool is embedded once at ``fit`` (through the embedder's corpus cache when it has a ``cache_dir``) and added to a
-Faiss index made by ``faiss.index_factory(dim, faiss_index, METRIC_INNER_PRODUCT)``: ``Flat`` (the default) is exact;
-``IVF<n>,Flat`` or ``HNSW<m>`` trade exactness for speed on large corpora. With normalised embeddings (the default) the
+Faiss inner-product index (``ctxbench.retrievers.ann``): ``index: flat`` (the default) is exact; ``ivf`` or ``hnsw``
+trade exactness for speed on large corpora; ``device`` puts it on a GPU when faiss has GPU support. With normalised embeddings (the default) the
 score is the cosine similarity. All queries are embedded and searched in one call (Faiss takes its BLAS path for large
 query blocks). Hits with equal scores are ordered by pool index. Embeddings depend slightly (about 1e-7) on which texts
 share a batch, so two hits whose scores differ by less than that can swap between runs with different batches.
@@ -17,16 +17,8 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ctxbench.models.embedder import Embedder
+from ctxbench.retrievers.ann import IndexSettings, build_index
 from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions, row_text
-
-
-def make_index(dim: int, spec: str):
-    import faiss
-
-    try:
-        return faiss.index_factory(int(dim), spec, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        raise ValueError(f"faiss_index={spec!r}: not a Faiss index description ({str(exc).splitlines()[0]})") from None
 
 
 @dataclass(kw_only=True)
@@ -38,7 +30,13 @@ class DenseRetriever(TextRetriever):
 
     ice_num: int = 1
     embedder: Embedder = field(default_factory=Embedder)
-    faiss_index: str = "Flat"
+    index: str = "flat"  # flat | ivf | hnsw (ctxbench.retrievers.ann)
+    nlist: int = 0  # ivf cells (0: about 4 sqrt(n))
+    nprobe: int = 32  # ivf cells visited per query
+    hnsw_m: int = 32
+    ef_construction: int = 80
+    ef_search: int = 128
+    device: str = "cpu"  # where the index lives: cpu | cuda | cuda:N | auto (CPU when faiss has no GPU support)
     exclude_self: bool = False
 
     def __post_init__(self) -> None:
@@ -48,20 +46,16 @@ class DenseRetriever(TextRetriever):
             self.embedder = Embedder(**{k: v for k, v in self.embedder.items() if k != "_target_"})
         if not isinstance(self.embedder, Embedder):
             raise ValueError(f"embedder: expected an Embedder, got {type(self.embedder).__name__}")
-        if not self.faiss_index:
-            raise ValueError("faiss_index: must be a Faiss index description such as Flat")
+        self.index_settings = IndexSettings(self.index, self.nlist, self.nprobe, self.hnsw_m, self.ef_construction,
+                                            self.ef_search, self.device)
 
     def _fit(self, rows: list[Row]) -> None:
         self._index_embeddings(self.embedder.encode_corpus(self.pool_texts()))
 
     def _index_embeddings(self, emb: np.ndarray) -> None:
         emb = np.ascontiguousarray(emb, dtype=np.float32)
-        index = make_index(emb.shape[1], self.faiss_index)
-        if not index.is_trained:
-            index.train(emb)
-        index.add(emb)
         self.embeddings = emb
-        self.index = index
+        self.faiss = build_index(emb, self.index_settings)
 
     def embed_queries(self, queries: list[Row]) -> np.ndarray:
         return np.ascontiguousarray(self.embedder.encode_queries(self.query_texts(queries)), dtype=np.float32)
@@ -69,10 +63,10 @@ class DenseRetriever(TextRetriever):
     def search(self, q_emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """One Faiss search for all query embeddings: ``(scores, indices)``, each ``(n_queries, k)``; -1 marks a
         missing hit (approximate indexes only)."""
-        k = min(k, self.index.ntotal)
+        k = min(k, self.faiss.ntotal)
         if k == 0:
             return np.zeros((len(q_emb), 0), np.float32), np.zeros((len(q_emb), 0), np.int64)
-        return self.index.search(np.ascontiguousarray(q_emb, dtype=np.float32), k)
+        return self.faiss.search(np.ascontiguousarray(q_emb, dtype=np.float32), k)
 
     def retrieve_grouped(self, groups: Sequence[tuple[Sequence[Row], Sequence[Row]]], k: int
                          ) -> list[list[Retrieved]]:

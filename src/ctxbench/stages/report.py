@@ -14,12 +14,15 @@ from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
+from ctxbench.stages.run_shards import merged_shard_runs
 
 log = logging.getLogger(__name__)
 
 
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
-    runs = list(cfg.runs)
+    # Shards of a sharded run_exp are merged first (under output_dir/merged_shards/), then read like any run.
+    plain, merged = merged_shard_runs(list(cfg.runs), Path(output_dir))
+    runs = plain + [str(m) for m in merged]
     retrieval = find_retrieval_jobs(runs)
     attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
     jobs = find_jobs(attribution_runs) if attribution_runs else []

@@ -33,7 +33,9 @@ from ctxbench.reporting.html import method_heatmap, write_example_data, write_ru
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.stats import StatsSettings, method_pairs
 from ctxbench.reporting.tables import compare, markdown_summary, summarize, write_mode_csvs
+from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
+from ctxbench.stages.run_shards import write_shard_record
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,10 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         from ctxbench.stages.retrieval import retrieval_stage
 
         return retrieval_stage(cfg, output_dir, own[0])
+    if cfg.merge:
+        from ctxbench.stages.run_shards import find_shard_dirs, merge_run
+
+        return merge_run(find_shard_dirs(cfg.merge), output_dir, stats=OmegaConf.to_object(cfg.stats))
     output_dir = Path(output_dir)
     paths = stage_paths(cfg)
     model_cfg = OmegaConf.to_object(cfg.model)
@@ -95,12 +101,18 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     scorers = build_scorers(cfg)
     stats = OmegaConf.to_object(cfg.stats)
     method_pairs(list(methods), stats.baseline)  # a baseline that is not a method fails before any work
+    try:
+        shard = Shard(cfg.shard.index, cfg.shard.count)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
     source, examples = dataset.load(paths, tok, cfg.max_examples)
     for scorer in scorers.values():
         scorer.check(examples, source.name)
     write_run_manifest(output_dir, to_plain(cfg), stage="run_exp", root=paths.root, source=source,
                        n_examples=len(examples))
+    with_heatmap = {e.example_id for e in examples[:cfg.heatmaps]}  # by position in the dataset, shard or not
+    n_total, examples = len(examples), shard.select(examples)
     if cfg.dry_run:
         log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no attribution",
                  len(examples))
@@ -111,16 +123,17 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
 
     fingerprints = {name: config_fingerprint(cfg, name) for name in methods}
     results_path = output_dir / RESULTS
-    refused = []
+    refused, refused_ids = [], []
     with open_results(results_path, fingerprints) as results:
         todo = [e for e in examples if any(f"{m}|{e.example_id}" not in results for m in methods)]
         if len(todo) < len(examples):
             log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
-        for i, ex in enumerate(tqdm(todo, desc=f"run_exp {source.name}", disable=not cfg.progress)):
+        for ex in tqdm(todo, desc=f"run_exp {source.name}", disable=not cfg.progress):
             try:
                 prepared = prepare_example(ex, tok, cfg.prompt_format)
             except ExampleRefused as exc:
                 refused.append(str(exc))
+                refused_ids.append(ex.example_id)
                 log.warning("skipped: %s", exc)
                 continue
             pending = {m: a for m, a in methods.items() if f"{m}|{ex.example_id}" not in results}
@@ -130,12 +143,18 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 results.append(record)
                 if cfg.save_traces:
                     save_trace(output_dir / "traces" / method, ex.example_id, result)
-                if i < cfg.heatmaps:
+                if ex.example_id in with_heatmap:
                     _write_heatmap(output_dir, tok, prepared, result, method)
-            if i < cfg.heatmaps:
+            if ex.example_id in with_heatmap:
                 _write_heatmap_data(output_dir, tok, prepared, evaluated, views)
     if refused and len(refused) == len(todo):
         raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
+    if shard.count > 1:  # the merge (run_exp merge=[...] or the report) writes the summary of the whole run
+        write_shard_record(output_dir, shard.index, shard.count, n_total, [e.example_id for e in examples],
+                           refused_ids, refused)
+        log.info("shard %d of %d done: %d examples; merge with run_exp merge=[<dirs>]", shard.index, shard.count,
+                 len(examples))
+        return {"shard": [shard.index, shard.count], "examples": len(examples)}
     title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
     summary = write_reports(output_dir, list(methods), scorers, list(views), title=title, refused=refused, stats=stats)
     if cfg.html:

@@ -1,0 +1,187 @@
+"""Sharded run_exp jobs and their merge (docs/scale-out.md).
+
+A job with ``shard.count > 1`` attributes dataset rows ``index, index + count, ...`` only, writes ``results.jsonl``,
+heat maps and traces for them, and ``shard.json`` (its slice of example ids, the examples it refused) when it is done;
+it writes no summary. ``merge_run`` joins the shards of one run into a job dir that holds what the unsharded run would
+have written: results in dataset order, the summary files, plots and report.html. It refuses a missing, unfinished or
+duplicated shard, an example in two shards, results missing for an example, and shards run under different
+configurations. The report command merges the shards it finds the same way (``merged_shard_runs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import OmegaConf
+
+from ctxbench.errors import DataError
+from ctxbench.files import atomic_write_text, safe_filename
+from ctxbench.jsonl import iter_jsonl
+from ctxbench.manifest import write_manifest
+from ctxbench.reporting.stats import StatsSettings
+from ctxbench.shards import interleave
+
+log = logging.getLogger(__name__)
+
+SHARD_FILE = "shard.json"
+MANIFEST = "manifest.json"
+COPIED_DIRS = ("heatmaps", "heatmap_data")  # one file per example: shards never write the same file
+
+
+def write_shard_record(output_dir: Path, index: int, count: int, n_examples: int, example_ids: list[str],
+                       refused_ids: list[str], refused: list[str]) -> Path:
+    """Written last by a shard job: its presence says the shard finished."""
+    return atomic_write_text(output_dir / SHARD_FILE, json.dumps({
+        "index": index, "count": count, "n_examples": n_examples, "example_ids": example_ids,
+        "refused_ids": refused_ids, "refused": refused}, indent=1) + "\n")
+
+
+def run_config(manifest: dict) -> dict:
+    """The configuration that makes shards of one run comparable: everything but the shard and merge settings."""
+    return {k: v for k, v in manifest["config"].items() if k not in ("shard", "merge")}
+
+
+def find_shard_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Shard job dirs at or below ``paths``: finished ones (``shard.json``) and unfinished ones (a sharded manifest)."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such run or multirun folder")
+        for m in sorted(p.rglob(MANIFEST)) if not (p / MANIFEST).exists() else [p / MANIFEST]:
+            manifest = json.loads(m.read_text(encoding="utf-8"))
+            shard = manifest.get("config", {}).get("shard") or {}
+            if manifest.get("stage") == "run_exp" and shard.get("count", 1) > 1:
+                found.append(m.parent)
+    return found
+
+
+def group_shard_dirs(dirs: list[Path]) -> list[list[Path]]:
+    """Shard dirs grouped by run (same configuration but the shard settings), in first-seen order."""
+    groups: dict[str, list[Path]] = {}
+    for d in dirs:
+        key = json.dumps(run_config(json.loads((d / MANIFEST).read_text(encoding="utf-8"))), sort_keys=True)
+        groups.setdefault(key, []).append(d)
+    return list(groups.values())
+
+
+def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional[StatsSettings] = None) -> dict:
+    """Join the shards of one run (module doc) into ``output_dir``; returns the summary as ``run_stage`` does."""
+    from ctxbench.reporting.html import write_run_html
+    from ctxbench.stages.run import RESULTS, build_scorers, write_reports
+
+    output_dir = Path(output_dir)
+    if not shard_dirs:
+        raise DataError("no sharded run_exp job (a job dir with shard.count > 1) found to merge", file=output_dir)
+    manifests = {d: json.loads((d / MANIFEST).read_text(encoding="utf-8")) for d in shard_dirs}
+    first = shard_dirs[0]
+    config = run_config(manifests[first])
+    records_by_shard: dict[int, Path] = {}
+    slices: dict[int, list[str]] = {}
+    refused_ids: set[str] = set()
+    refused: list[str] = []
+    count = manifests[first]["config"]["shard"]["count"]
+    for d in shard_dirs:
+        other = run_config(manifests[d])
+        if other != config:
+            keys = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
+            raise DataError(f"run under another configuration than {first} (differs in {', '.join(keys)})",
+                            file=d / MANIFEST)
+        if not (d / SHARD_FILE).exists():
+            raise DataError(f"shard {manifests[d]['config']['shard']['index']} of {count} is unfinished (no "
+                            f"{SHARD_FILE}); rerun it in the same dir", file=d)
+        rec = json.loads((d / SHARD_FILE).read_text(encoding="utf-8"))
+        if rec["count"] != count:
+            raise DataError(f"shard of {rec['count']}, the others of {count}", file=d / SHARD_FILE)
+        if rec["index"] in records_by_shard:
+            raise DataError(f"shard {rec['index']} of {count} twice: {records_by_shard[rec['index']]} and {d}",
+                            file=d / SHARD_FILE)
+        records_by_shard[rec["index"]] = d
+        slices[rec["index"]] = rec["example_ids"]
+        refused_ids |= set(rec["refused_ids"])
+        refused += rec["refused"]
+        n_examples = rec["n_examples"]
+    order = interleave(slices, count, n_examples, where=str(first.parent))
+    position = {eid: i for i, eid in enumerate(order)}
+    methods = list(config["attribution"])
+    records: dict[tuple[str, str], dict] = {}
+    for index, d in sorted(records_by_shard.items()):
+        mine = set(slices[index])
+        for lineno, rec in iter_jsonl(d / RESULTS) if (d / RESULTS).exists() else []:
+            if rec["example_id"] not in mine:
+                raise DataError(f"example {rec['example_id']!r} is not in shard {index}'s slice", file=d / RESULTS,
+                                line=lineno)
+            records[(rec["example_id"], rec["method"])] = rec
+    for eid in order:
+        for m in methods:
+            if eid not in refused_ids and (eid, m) not in records:
+                index = position[eid] % count
+                raise DataError(f"no result for example {eid!r}, method {m!r}; rerun shard {index}",
+                                file=records_by_shard[index] / RESULTS)
+    ranked = sorted(records.values(), key=lambda r: (position[r["example_id"]], methods.index(r["method"])))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output_dir / RESULTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ranked))
+    for index, d in sorted(records_by_shard.items()):
+        for sub in COPIED_DIRS:
+            if (d / sub).is_dir():
+                shutil.copytree(d / sub, output_dir / sub, dirs_exist_ok=True)
+    _merge_traces([d for _, d in sorted(records_by_shard.items())], output_dir, position)
+    manifest = dict(manifests[first])
+    manifest["config"] = {**config, "shard": {"index": 0, "count": 1}}
+    manifest["merged_from"] = [str(d) for _, d in sorted(records_by_shard.items())]
+    write_manifest(output_dir, manifest)
+    cfg = OmegaConf.create(config)
+    scorers = build_scorers(cfg)
+    views = list(config["views"])
+    stats = stats or StatsSettings(**config.get("stats", {}))
+    title = f"run_exp: {manifest['dataset']['name']}, {config['model']['name']}, {n_examples} examples"
+    summary = write_reports(output_dir, methods, scorers, views, title=title, refused=refused, stats=stats)
+    if config.get("html", True):
+        write_run_html(output_dir, title, config.get("heatmaps", 0))
+    log.info("merged %d shards (%d examples) into %s", count, n_examples, output_dir)
+    return summary
+
+
+def _merge_traces(dirs: list[Path], output_dir: Path, position: dict[str, int]) -> None:
+    """Trace files per example are copied; each method's manifest.jsonl lines are joined in dataset order."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for d in dirs:
+        for method_dir in sorted((d / "traces").glob("*")) if (d / "traces").is_dir() else []:
+            for f in method_dir.iterdir():
+                if f.name != "manifest.jsonl":
+                    (output_dir / "traces" / method_dir.name).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(f, output_dir / "traces" / method_dir.name / f.name)
+            if (method_dir / "manifest.jsonl").exists():
+                lines.setdefault(method_dir.name, []).extend(obj for _, obj in iter_jsonl(method_dir / "manifest.jsonl"))
+    for method, objs in lines.items():
+        objs.sort(key=lambda o: position[o["example_id"]])
+        atomic_write_text(output_dir / "traces" / method / "manifest.jsonl", "".join(json.dumps(o) + "\n" for o in objs))
+
+
+def merged_shard_runs(runs: list[str | Path], output_dir: Path) -> tuple[list[str], list[Path]]:
+    """For the report command: the paths of ``runs`` that still hold unsharded jobs, and one merged job dir (under
+    ``output_dir/merged_shards/``) per sharded run found in them."""
+    shard_dirs = find_shard_dirs(runs)
+    if not shard_dirs:
+        return [str(r) for r in runs], []
+    shard_set = set(shard_dirs)
+    plain = [str(r) for r in runs
+             if any(m.parent not in shard_set and json.loads(m.read_text()).get("stage") == "run_exp"
+                    for m in ([Path(r) / MANIFEST] if (Path(r) / MANIFEST).exists() else Path(r).rglob(MANIFEST)))]
+    merged = []
+    for group in group_shard_dirs(shard_dirs):
+        name = safe_filename(f"{group[0].parent.name}_{group[0].name}")
+        target = Path(output_dir) / "merged_shards" / name
+        merge_run(group, target)
+        ov = group[0] / ".hydra" / "overrides.yaml"
+        if ov.exists():  # the report names a job by its overrides: the shard settings do not name the run
+            import yaml
+
+            kept = [o for o in (yaml.safe_load(ov.read_text()) or []) if not o.lstrip("+~").startswith("shard.")]
+            (target / ".hydra").mkdir(exist_ok=True)
+            (target / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(kept))
+        merged.append(target)
+    return plain, merged

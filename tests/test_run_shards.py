@@ -1,0 +1,140 @@
+"""Sharded run_exp and its merge: shard + merge = the unsharded run (results equal except timings), the refusals of
+the merge, the report reading a sharded sweep, and the order of rows across shards."""
+
+import json
+import shutil
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from ctxbench.conf import register_configs
+from ctxbench.errors import DataError
+from ctxbench.shards import Shard, interleave
+from ctxbench.stages.run import RESULTS, run_stage
+from ctxbench.stages.run_shards import merge_run
+
+from conftest import CACHE_DIR, ROOT
+
+register_configs()
+
+
+def test_interleave_restores_dataset_order():
+    rows = [f"r{i}" for i in range(7)]
+    slices = {i: Shard(i, 3).select(rows) for i in range(3)}
+    assert slices == {0: ["r0", "r3", "r6"], 1: ["r1", "r4"], 2: ["r2", "r5"]}
+    assert interleave(slices, 3, 7, "x") == rows
+
+
+@pytest.mark.parametrize("slices, message", [
+    ({0: ["a", "c"]}, "shard 1 of 2 is missing"),
+    ({0: ["a", "c"], 1: ["b", "a"]}, "row 'a' is in shards 0 and 1"),
+    ({0: ["a"], 1: ["b", "d"]}, "shard 0 of 2 holds 1 rows; 2 expected of 4"),
+])
+def test_interleave_refusals(slices, message):
+    with pytest.raises(DataError, match=message):
+        interleave(slices, 2, 4, "runs/")
+
+
+def _fake_shard(root, index, count, ids, *, config=None, finished=True, records=None):
+    """A shard job dir as run_exp writes it (no model needed: the merge refuses before it scores anything)."""
+    d = root / f"{index}_shard.index={index}"
+    d.mkdir(parents=True)
+    cfg = {"attribution": {"random": {}}, "mode": {}, "views": ["seq"], "shard": {"index": index, "count": count},
+           **(config or {})}
+    (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": cfg, "dataset": {"name": "t"}}))
+    if finished:
+        (d / "shard.json").write_text(json.dumps({"index": index, "count": count, "n_examples": 4,
+                                                  "example_ids": ids, "refused_ids": [], "refused": []}))
+    recs = records if records is not None else [{"example_id": e, "method": "random"} for e in ids]
+    (d / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "shard 1 of 2 is missing"),
+    ("unfinished", "shard 1 of 2 is unfinished"),
+    ("twice", "shard 0 of 2 twice"),
+    ("overlap", "row 'a' is in shards 0 and 1"),
+    ("other_config", r"run under another configuration .* \(differs in views\)"),
+    ("no_result", "no result for example 'd', method 'random'; rerun shard 1"),
+    ("foreign_result", "example 'a' is not in shard 1's slice"),
+])
+def test_merge_refusals(tmp_path, case, message):
+    runs = tmp_path / "runs"
+    dirs = [_fake_shard(runs, 0, 2, ["a", "c"])]
+    if case == "twice":
+        dirs.append(_fake_shard(runs / "again", 0, 2, ["a", "c"]))
+    elif case == "overlap":
+        dirs.append(_fake_shard(runs, 1, 2, ["b", "a"]))
+    elif case != "missing":
+        records = {"no_result": [{"example_id": "b", "method": "random"}],
+                   "foreign_result": [{"example_id": "a", "method": "random"}]}.get(case)
+        dirs.append(_fake_shard(runs, 1, 2, ["b", "d"], finished=case != "unfinished", records=records,
+                                config={"views": ["row"]} if case == "other_config" else None))
+    with pytest.raises(DataError, match=message):
+        merge_run(dirs, tmp_path / "merged")
+    assert not (tmp_path / "merged" / RESULTS).exists()  # nothing half-merged
+
+
+def run_cfg(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="run", overrides=[
+            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.num_samples=3", "length=512",
+            "max_examples=3", "progress=false", "attribution=[random,attention]", "mode=[faithfulness,recovery]",
+            "views=[seq]", "heatmaps=2", "save_traces=true", *overrides])
+
+
+def without_timings(obj):
+    if isinstance(obj, dict):
+        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj
+
+
+@pytest.mark.slow
+def test_shards_merged_equal_the_unsharded_run(tmp_path):
+    whole = tmp_path / "whole"
+    run_stage(run_cfg(tmp_path), whole)
+    shards = []
+    for i in range(2):  # 3 examples: shard 0 gets rows 0 and 2, shard 1 row 1
+        d = tmp_path / "sweep" / f"{i}_shard.index={i}"
+        out = run_stage(run_cfg(tmp_path, f"shard.index={i}", "shard.count=2"), d)
+        assert out == {"shard": [i, 2], "examples": 2 - i} and not (d / "summary.json").exists()
+        shards.append(d)
+    merged = tmp_path / "merged"
+    run_stage(run_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), merged)
+
+    def lines(d):
+        return [without_timings(json.loads(x)) for x in (d / RESULTS).read_text().splitlines()]
+
+    assert lines(merged) == lines(whole) and len(lines(whole)) == 6
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, merged))
+    assert without_timings(a) == without_timings(b)
+    for d in (whole, merged):  # the summary's s/example column is a timing: compare the rest of each table row
+        assert (d / "summary.md").exists() and (d / "report.html").exists()
+    assert sorted(p.name for p in (merged / "heatmaps" / "random").iterdir()) == \
+        sorted(p.name for p in (whole / "heatmaps" / "random").iterdir())
+    assert sorted(p.name for p in (merged / "heatmap_data").iterdir()) == \
+        sorted(p.name for p in (whole / "heatmap_data").iterdir())
+    trace_ids = [json.loads(x)["example_id"] for x in (merged / "traces" / "attention" / "manifest.jsonl").open()]
+    assert trace_ids == [json.loads(x)["example_id"] for x in (whole / "traces" / "attention" / "manifest.jsonl").open()]
+
+    # The report reads the sharded sweep (merging it) like the unsharded run.
+    from omegaconf import OmegaConf
+
+    from ctxbench.stages.report import report_stage
+
+    def table(runs, out):
+        cfg = OmegaConf.create({"runs": runs, "view": "seq", "html": False, "heatmaps": 0})
+        report_stage(cfg, out)
+        return (out / "table1.md").read_text()
+
+    assert table([str(tmp_path / "sweep")], tmp_path / "rep_sharded") == table([str(whole)], tmp_path / "rep_whole")
+
+    # A shard left unfinished is refused by name.
+    (shards[1] / "shard.json").unlink()
+    with pytest.raises(DataError, match="shard 1 of 2 is unfinished"):
+        run_stage(run_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), tmp_path / "merged2")
+    shutil.rmtree(tmp_path / "merged2", ignore_errors=True)
