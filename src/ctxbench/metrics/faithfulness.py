@@ -20,6 +20,7 @@ import torch
 
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
+from ctxbench.batching import run_in_batches
 from ctxbench.tokens import eos_id
 
 log = logging.getLogger(__name__)
@@ -188,14 +189,16 @@ def _check_input(model_input: _ModelInputLike) -> tuple[torch.Tensor, int, int]:
 @torch.inference_mode()
 def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size: int = 8) -> np.ndarray:
     """Sum over the tokens ``sequences[:, gen_start:]`` of log p(token | prefix), teacher-forced, for N equal-length
-    sequences; ``batch_size`` sequences per forward pass. Returns float64 (N,)."""
+    sequences; at most ``batch_size`` sequences per forward pass (fewer after an out-of-memory error). Returns float64
+    (N,)."""
     n, t = sequences.shape
     g = t - gen_start
     device = _model_device(model)
     keep = _accepts_logits_to_keep(model)
     out = np.empty(n, dtype=np.float64)
-    for lo in range(0, n, max(1, batch_size)):
-        batch = sequences[lo:lo + batch_size].to(device)
+
+    def score(lo: int, hi: int) -> None:
+        batch = sequences[lo:hi].to(device)
         # The last token predicts nothing we score, so it is not fed; logits are only needed at the G positions that
         # predict generated tokens, and logits_to_keep skips the vocabulary projection over the prompt.
         inputs = batch[:, :-1]
@@ -203,7 +206,10 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
         logits = logits[:, -g:, :].float()  # float32 log-softmax: fp16/bf16 logits would underflow small probabilities
         targets = batch[:, gen_start:]
         lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        out[lo:lo + batch.shape[0]] = lp.double().sum(-1).cpu().numpy()
+        out[lo:hi] = lp.double().sum(-1).cpu().numpy()
+
+    # A long prompt on a small GPU: the batch halves on out-of-memory instead of failing the run.
+    run_in_batches(n, batch_size, score, what="deletion passes")
     return out
 
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from ctxbench.assets import package_dir
+from ctxbench.batching import run_in_batches
 from ctxbench.locks import create_once
 
 log = logging.getLogger(__name__)
@@ -252,25 +253,16 @@ class Embedder:
         out = np.empty((n, self.dim), dtype=np.float32)
         stats = {"n_texts": n, "tokens": int(lengths.sum()), "padded_tokens": 0, "forward_s": 0.0,
                  "tokenize_s": t_tok, "batches": 0}
-        batch = self.batch_size
-        start = 0
+        def encode_slice(lo: int, hi: int) -> None:
+            sel = order[lo:hi]
+            vecs, padded, fwd = self._encode_batch(ids, types, sel)
+            out[sel] = vecs
+            stats["padded_tokens"] += padded
+            stats["forward_s"] += fwd
+            stats["batches"] += 1
+
         with torch.inference_mode():
-            while start < n:
-                sel = order[start:start + batch]
-                try:
-                    vecs, padded, fwd = self._encode_batch(ids, types, sel)
-                except torch.cuda.OutOfMemoryError:
-                    if batch == 1:
-                        raise
-                    batch = max(1, batch // 2)
-                    torch.cuda.empty_cache()
-                    log.warning("embedder: out of GPU memory; batch size lowered to %d", batch)
-                    continue
-                out[sel] = vecs
-                stats["padded_tokens"] += padded
-                stats["forward_s"] += fwd
-                stats["batches"] += 1
-                start += len(sel)
+            batch = run_in_batches(n, self.batch_size, encode_slice, what="embedder")
         stats["total_s"] = time.perf_counter() - t0
         stats["batch_size"] = batch
         self.last_stats = stats

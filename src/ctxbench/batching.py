@@ -1,0 +1,32 @@
+"""Batches sized to the accelerator's memory: start at the configured size, halve on CUDA out-of-memory and retry the
+same items (the embedder's corpus encoding and the deletion passes of faithfulness use it)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def run_in_batches(n: int, batch_size: int, run: Callable[[int, int], None], *, what: str) -> int:
+    """Call ``run(lo, hi)`` for consecutive slices covering ``range(n)``, at most ``batch_size`` items each; on
+    ``torch.cuda.OutOfMemoryError`` halve the size and retry the slice (a failure at size 1 is raised). The size
+    that worked is kept for the remaining slices, and returned."""
+    batch = max(1, batch_size)
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + batch)
+        try:
+            run(lo, hi)
+        except torch.cuda.OutOfMemoryError:
+            if batch == 1:
+                raise
+            batch = max(1, batch // 2)
+            torch.cuda.empty_cache()
+            log.warning("%s: out of GPU memory; batch size lowered to %d", what, batch)
+            continue
+        lo = hi
+    return batch

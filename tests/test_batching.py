@@ -1,0 +1,61 @@
+"""Batches halved on CUDA out-of-memory (ctxbench.batching), tested on CPU with fakes that raise the error above a
+size: every item is processed exactly once, the size that worked is kept, and deletion scores are unchanged."""
+
+import numpy as np
+import pytest
+import torch
+
+from ctxbench.batching import run_in_batches
+from ctxbench.metrics.faithfulness import sequence_logprobs
+
+
+def oom_above(limit: int, calls: list):
+    def run(lo, hi):
+        calls.append((lo, hi))
+        if hi - lo > limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (fake)")
+    return run
+
+
+def test_halves_until_it_fits_and_keeps_that_size(caplog):
+    calls = []
+    assert run_in_batches(11, 8, oom_above(3, calls), what="test") == 2
+    assert calls == [(0, 8), (0, 4), (0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 11)]
+    assert caplog.text.count("out of GPU memory") == 2
+
+
+def test_out_of_memory_at_one_item_is_raised():
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        run_in_batches(3, 4, oom_above(0, []), what="test")
+
+
+class TinyLM(torch.nn.Module):
+    """A causal LM in miniature (embedding + linear over a running mean): enough for teacher-forced log-probs. It
+    raises out-of-memory for batches larger than ``limit``, as a GPU would."""
+
+    def __init__(self, vocab=11, dim=5, limit=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.out, self.limit, self.sizes = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab), limit, []
+
+    def forward(self, input_ids):
+        self.sizes.append(input_ids.shape[0])
+        if input_ids.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (fake)")
+        h = self.emb(input_ids).cumsum(1) / torch.arange(1, input_ids.shape[1] + 1).view(1, -1, 1)
+        return type("Out", (), {"logits": self.out(h)})()
+
+
+def test_deletion_passes_shrink_and_score_as_before():
+    seqs = torch.randint(0, 11, (7, 9), generator=torch.Generator().manual_seed(1))
+    model = TinyLM(limit=2)
+    got = sequence_logprobs(model, seqs, gen_start=6, batch_size=8)
+    assert model.sizes[:3] == [7, 4, 2] and set(model.sizes[3:]) <= {1, 2}
+    # Hand computation: sum over positions 6..8 of log softmax(logits at t-1)[token t], one sequence at a time.
+    with torch.no_grad():
+        want = []
+        for s in seqs:
+            logits = TinyLM(limit=99)(s[None, :-1]).logits[0]
+            lp = torch.log_softmax(logits.double(), -1)
+            want.append(sum(float(lp[t - 1, s[t]]) for t in range(6, 9)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
