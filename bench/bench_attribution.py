@@ -5,21 +5,23 @@
 Prints, in one run: seconds of one plain forward pass with attentions (eager, output_attentions=True), of
 ``ifr_multi_hop`` (K=1) and ``ifr_multi_hop_both`` (K=1) with recomputed attention (capture pass eager or sdpa),
 and of ``ifr_all_positions``; the ratios; and the peak resident memory added by one multi-hop attribution with
-recomputed vs stored attention (each measured in a fresh child process).
+recomputed vs stored attention (each measured in a fresh child process, as the VmHWM rise of bench_length.measure).
+Scaling with length, for every method: bench/bench_length.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import torch
+
+from bench_length import measure  # noqa: E402 (the bench folder is on sys.path when a script in it runs)
+from ctxbench.attribution import AllPositionsIFRAttributor, MultiHopBothAttributor, MultiHopIFRAttributor
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -67,37 +69,20 @@ def child_peak(args, mode: str) -> float:
 
 
 def run_child(args):
-    from ctxbench.attribution import build_attributor
-
     model, tok = load()
     mi, sink, think = make_input(tok, args.prompt_tokens, args.gen_tokens)
     with torch.no_grad():  # warm the allocator and kernels with a short pass, so only attribution memory is counted
         model(mi.input_ids[None, :32])
-    # ru_maxrss is useless here (loading the weights peaks higher than attribution): sample the current RSS instead
-    page = os.sysconf("SC_PAGE_SIZE")
-
-    def rss() -> int:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * page
-
-    base, peak, done = rss(), [0], threading.Event()
-
-    def sampler():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss())
-            time.sleep(0.002)
-
-    th = threading.Thread(target=sampler, daemon=True)
-    th.start()
     if args.child == "forward_attn":
-        with torch.no_grad():
-            model(mi.input_ids[None], output_attentions=True)
+        def fn():
+            with torch.no_grad():
+                model(mi.input_ids[None], output_attentions=True)
     else:
-        build_attributor("ifr_multi_hop", hops=1, recompute_attention=(args.child == "recompute")).attribute(
-            model, tok, mi, sink, think)
-    done.set()
-    th.join()
-    print(max(0, peak[0] - base) / 2 ** 20)
+        att = MultiHopIFRAttributor(hops=1, recompute_attention=(args.child == "recompute"))
+
+        def fn():
+            att.attribute(model, tok, mi, sink, think)
+    print(measure(fn)["added"] / 2 ** 20)
 
 
 def main():
@@ -116,8 +101,6 @@ def main():
     if args.child:
         return run_child(args)
 
-    from ctxbench.attribution import build_attributor
-
     if args.only_memory:
         return memory(args)
     model, tok = load()
@@ -132,18 +115,17 @@ def main():
 
     fwd()  # warm-up
     runs = [
-        ("multi_hop (sdpa capture, default)", "ifr_multi_hop", dict(hops=1)),
-        ("multi_hop (eager capture)", "ifr_multi_hop", dict(hops=1, forward_attn_impl=None)),
-        ("multi_hop_both (default)", "ifr_multi_hop_both", dict(hops=1)),
-        ("multi_hop K=3 (default)", "ifr_multi_hop", dict(hops=3)),
-        ("multi_hop (stored eager attention)", "ifr_multi_hop", dict(hops=1, recompute_attention=False)),
+        ("multi_hop (sdpa capture, default)", MultiHopIFRAttributor(hops=1)),
+        ("multi_hop (eager capture)", MultiHopIFRAttributor(hops=1, forward_attn_impl=None)),
+        ("multi_hop_both (default)", MultiHopBothAttributor(hops=1)),
+        ("multi_hop K=3 (default)", MultiHopIFRAttributor(hops=3)),
+        ("multi_hop (stored eager attention)", MultiHopIFRAttributor(hops=1, recompute_attention=False)),
     ]
     # interleaved repeats, minimum kept: the machine may be shared, and contention only ever adds time
-    fwd_ts, res, last = [], {n: [] for n, _, _ in runs}, {}
+    fwd_ts, res, last = [], {n: [] for n, _ in runs}, {}
     for _ in range(args.repeats):
         fwd_ts.append(timed(fwd))
-        for name, method, params in runs:
-            att = build_attributor(method, **params)
+        for name, att in runs:
             res[name].append(timed(lambda: last.__setitem__(name, att.attribute(model, tok, mi, sink, think))))
     t_fwd = min(fwd_ts)
     res = {n: min(v) for n, v in res.items()}
@@ -153,7 +135,7 @@ def main():
         print(f"{name:40s} {t:8.2f} s   {t / t_fwd:.2f}x forward  (capture {tm['capture']:.2f} s, "
               f"attribution {tm['attribution']:.2f} s)")
     if not args.skip_all_positions:
-        att = build_attributor("ifr_all_positions")
+        att = AllPositionsIFRAttributor()
         t_all = timed(lambda: att.attribute(model, tok, mi, None, None))
         best = res["multi_hop (sdpa capture, default)"]
         print(f"{'ifr_all_positions (per-token IFR)':40s} {t_all:8.2f} s   {t_all / t_fwd:.2f}x forward")
