@@ -1,0 +1,59 @@
+"""The same run_exp sweep through Hydra's launchers (joblib, a local Ray cluster started by the sweep, submitit's local
+executor) writes the same job dirs and the same results as the serial sweep (timings aside)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CACHE_DIR, ROOT
+
+SWEEP = ["dataset=niah_single_1,niah_mq_q2", "attribution=random", "mode=recovery", "max_examples=2", "length=512",
+         "dataset.num_samples=2", "html=false", "progress=false", "heatmaps=0"]
+LAUNCHERS = {
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    "ray": ["hydra/launcher=ray_local", "hydra.launcher.ray.init.num_cpus=2"],
+    "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
+}
+
+
+def sweep(tmp_path, name: str, launcher: list[str]) -> dict:
+    """Run the sweep into tmp_path/name; return {job dir name: results without timings}."""
+    out = tmp_path / name
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "exp/exp2/run_exp.py"), "-m", *SWEEP, *launcher, f"hydra.sweep.dir={out}",
+         f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+         f"paths.samples_dir={tmp_path / 'samples'}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    jobs = {}
+    for results in sorted(out.glob("*/results.jsonl")):
+        jobs[results.parent.name] = [without_timings(json.loads(line)) for line in results.read_text().splitlines()]
+    return jobs
+
+
+def without_timings(obj):
+    if isinstance(obj, dict):
+        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    """The serial sweep; it also generates the two tasks' data, which the launched sweeps then share."""
+    tmp = tmp_path_factory.mktemp("sweeps")
+    jobs = sweep(tmp, "serial", [])
+    assert len(jobs) == 2 and [name.split("_")[0] for name in jobs] == ["0", "1"]
+    assert all(len(lines) == 2 for lines in jobs.values())
+    return tmp, jobs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_launched_sweep_equals_serial(serial, launcher):
+    tmp, expected = serial
+    assert sweep(tmp, launcher, LAUNCHERS[launcher]) == expected
