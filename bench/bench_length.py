@@ -18,10 +18,10 @@ Time: wall (perf_counter) and CPU (process_time, all threads) of the ``attribute
 plain forward pass (no gradient, no cache, all logits), the median of ``--repeats``, measured the same way, both with
 the eager attention the model is loaded with and with sdpa (the faster kernel, the stricter unit).
 
-Budget: the first two lengths run for every method (the growth fit needs two points); a method is skipped at a larger
-length once it ran past ``--timeout-per-method`` (the child stops it there) or when the growth measured so far predicts
-it would (time or memory over ``--max-added-gib``, which keeps a shared machine from swapping). Every skip is printed
-with its reason. At the end: multi-hop IFR's ratios against the 1.3x goal and a linear fit of its memory against length,
+Budget: a method is skipped at larger lengths once it ran past ``--timeout-per-method`` (the child stops it there);
+from the third length on also when the growth measured so far (power law over the measured lengths) predicts it would
+(time), or that it would add more than ``--max-added-gib`` (which keeps a shared machine from swapping). Every skip is
+printed with its reason. At the end: multi-hop IFR's ratios against the 1.3x goal and a linear fit of its memory against length,
 and for every method the length where model + added memory would pass 24 GiB (measured when it did, otherwise
 extrapolated from the measured growth and labelled so).
 """
@@ -120,18 +120,23 @@ def _status_bytes(field: str) -> int:
     return int(m.group(1)) * 1024
 
 
+class Budget(Exception):
+    pass
+
+
 def measure(fn) -> dict:
-    """Wall and CPU seconds of ``fn()`` and the resident memory it added at its peak (bytes)."""
+    """Wall and CPU seconds of ``fn()`` and the resident memory it added at its peak (bytes); ``stopped`` when it
+    raised ``Budget`` (the figures then cover the call until then)."""
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _status_bytes("VmRSS")
     w0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
+    out, stopped = None, False
+    try:
+        out = fn()
+    except Budget:
+        stopped = True
     return {"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
-            "added": max(0, _status_bytes("VmHWM") - before), "out": out}
-
-
-class Budget(Exception):
-    pass
+            "added": max(0, _status_bytes("VmHWM") - before), "out": out, "stopped": stopped}
 
 
 def _alarm(signum, frame):
@@ -169,9 +174,10 @@ def run_child(args) -> None:
                 pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
             else:
                 r = measure(lambda: method.attribute(model, tok, mi, sink, think))
+        finally:
             signal.alarm(0)
-        except Budget:
-            print(json.dumps({"timeout": args.timeout_per_method}))
+        if r["stopped"]:  # the peak until the stop is a lower bound of the method's (its loop repeats one pattern)
+            print(json.dumps({"timeout": args.timeout_per_method, "added_partial": r["added"]}))
             return
         rec = {k: r[k] for k in ("wall", "cpu", "added")}
         rec["timings"] = {k: round(v, 3) for k, v in r["out"].timings.items()}
@@ -211,11 +217,13 @@ def predict(history: dict, key: str, length: int) -> float:
 
 
 def skip_reason(args, history: dict, length: int, rank: int) -> str:
-    if rank < 2 or not history:
+    if not history:
         return ""
     last = history[max(history)]
     if "timeout" in last:
         return f"ran past the {args.timeout_per_method} s budget at {max(history)} tokens"
+    if rank < 2:
+        return ""
     done = {L: r for L, r in history.items() if "wall" in r}
     t, m = predict(done, "wall", length), predict(done, "added", length)
     if t > args.timeout_per_method:
@@ -236,16 +244,20 @@ def linear_check(lengths, added) -> str:
 
 
 def fits_24gib(history: dict, model_bytes: int) -> str:
-    done = {L: r for L, r in history.items() if "added" in r}
-    over = [L for L, r in sorted(done.items()) if r["added"] + model_bytes > FIT_IN]
+    """Where model + added memory passes 24 GiB: measured, or extrapolated from the points (lower bounds of
+    budget-stopped runs included, and then said: the extrapolation is then optimistic)."""
+    done = {L: r.get("added", r.get("added_partial")) for L, r in history.items()}
+    done = {L: v for L, v in done.items() if v is not None}
+    bounds = " incl. lower bounds" if any("added_partial" in r for r in history.values()) else ""
+    over = [L for L, v in sorted(done.items()) if v + model_bytes > FIT_IN]
     if over:
         return f"measured: over 24 GiB at {over[0]} tokens"
     Ls = sorted(done)
-    k, a = power_fit(Ls, [done[L]["added"] for L in Ls])
+    k, a = power_fit(Ls, [done[L] for L in Ls])
     if math.isnan(k) or k <= 0:
-        return f"fits at every measured length (<= {max(Ls, default=0)}); too few points to extrapolate"
+        return f"fits at every measured length (<= {max(Ls, default=0)}); no growth to extrapolate"
     limit = ((FIT_IN - model_bytes) / a) ** (1 / k)
-    return (f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} measured lengths up to {max(Ls)}): "
+    return (f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} lengths up to {max(Ls)}{bounds}): "
             f"passes 24 GiB at ~{limit:,.0f} tokens")
 
 
@@ -257,7 +269,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="forward passes per length (the median is the unit)")
     ap.add_argument("--timeout-per-method", type=int, default=300, help="seconds one method may run at one length")
     ap.add_argument("--max-added-gib", type=float, default=6.0, help="skip a method predicted to add more memory")
-    ap.add_argument("--profile", default=None, help="also profile this method (cProfile) at the largest length")
+    ap.add_argument("--profile", default=None, help="also profile this method (cProfile) at the first length")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-length", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -287,9 +299,16 @@ def main() -> None:
                 print(f"[{L:5d}] {m:22s} skipped: {why}", flush=True)
                 continue
             hist[m][L] = r = child(args, m, L)
-            if "error" in r or "timeout" in r:
-                print(f"[{L:5d}] {m:22s} {r.get('error') or 'stopped at the budget'}", flush=True)
+            if "error" in r:
+                print(f"[{L:5d}] {m:22s} {r['error']}", flush=True)
                 continue
+            if "timeout" in r:
+                print(f"[{L:5d}] {m:22s} stopped at the {r['timeout']} s budget; peak added until then "
+                      f"+{r['added_partial'] / 2 ** 20:.0f} MiB (a lower bound)", flush=True)
+                continue
+            if m == args.profile and rank == 0:
+                print(f"profile of {m} at {L} tokens (cProfile, cumulative; adds its own overhead):")
+                child(args, m, L, profile=True)
             print(f"[{L:5d}] {m:22s} {r['wall']:8.2f} s wall {r['cpu']:8.2f} s cpu  +{r['added'] / 2 ** 20:7.0f} MiB  "
                   f"{r['wall'] / unit['wall']:7.2f}x eager fwd {r['wall'] / unit_sdpa['wall']:7.2f}x sdpa fwd  "
                   f"cpu {r['cpu'] / unit['cpu']:6.2f}x  {r['timings']}", flush=True)
@@ -306,7 +325,9 @@ def main() -> None:
     print("\npeak memory added (MiB) and where model + added passes 24 GiB "
           f"(model weights {model_bytes / 2 ** 20:.0f} MiB)")
     for m in (*UNITS, *methods):
-        cells = [f"{hist[m][L]['added'] / 2 ** 20:.0f}" if "added" in hist[m].get(L, {}) else "-" for L in lengths]
+        cells = [f"{r['added'] / 2 ** 20:.0f}" if "added" in r else
+                 (f">={r['added_partial'] / 2 ** 20:.0f}" if "added_partial" in r else "-")
+                 for r in (hist[m].get(L, {}) for L in lengths)]
         print(f"{m:22s}" + "".join(f"{c:>10s}" for c in cells) + "   " + fits_24gib(hist[m], model_bytes))
     for m in ("ifr_multi_hop", "ifr_multi_hop_both"):
         done = {L: r for L, r in hist.get(m, {}).items() if "wall" in r}
@@ -322,10 +343,6 @@ def main() -> None:
             L = max(done)
             print(f"  for scale: one layer's attention probabilities at {L} tokens (9 heads, fp32) are "
                   f"{9 * L * L * 4 / 2 ** 20:.0f} MiB, all 30 layers {30 * 9 * L * L * 4 / 2 ** 20:.0f} MiB")
-    if args.profile:
-        L = max(L for L in lengths if "wall" in hist.get(args.profile, {}).get(L, {}))
-        print(f"\nprofile of {args.profile} at {L} tokens (cProfile, cumulative):")
-        child(args, args.profile, L, profile=True)
 
 
 if __name__ == "__main__":
