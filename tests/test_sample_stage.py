@@ -192,8 +192,9 @@ def test_resume_after_a_kill(tmp_path, sig):
 @pytest.mark.slow
 def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     """The two-stage flow on 4 RULER rows. SmolLM2 generates through the stage (its rows are counted, logged and
-    judged; at 135M parameters it rarely uses the box, see the README), then replayed chain-of-thought answers make the
-    cache that run_exp explains with SmolLM2: spans cached, a thinking span to hop through."""
+    judged; the hf option opens the box when it would stop without one, see the README), then replayed
+    chain-of-thought answers make the cache that run_exp explains with SmolLM2: spans cached, a thinking span to hop
+    through."""
     common = [f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
               "dataset=niah_single_1", "length=512", "dataset.num_samples=4", "progress=false"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
