@@ -257,8 +257,8 @@ def fits_24gib(history: dict, model_bytes: int) -> str:
     if math.isnan(k) or k <= 0:
         return f"fits at every measured length (<= {max(Ls, default=0)}); no growth to extrapolate"
     limit = ((FIT_IN - model_bytes) / a) ** (1 / k)
-    return (f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} lengths up to {max(Ls)}{bounds}): "
-            f"passes 24 GiB at ~{limit:,.0f} tokens")
+    where = f"~{limit:,.0f} tokens" if limit < 1e7 else "beyond 10M tokens"
+    return f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} lengths up to {max(Ls)}{bounds}): passes 24 GiB at {where}"
 
 
 def main() -> None:
