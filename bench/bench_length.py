@@ -21,8 +21,8 @@ the eager attention the model is loaded with and with sdpa (the faster kernel, t
 Budget: a method is skipped at larger lengths once it ran past ``--timeout-per-method`` (the child stops it there);
 from the third length on also when the growth measured so far (power law over the measured lengths) predicts it would
 (time), or that it would add more than ``--max-added-gib`` (which keeps a shared machine from swapping). Every skip is
-printed with its reason. At the end: multi-hop IFR's ratios against the 1.3x goal and a linear fit of its memory against length,
-and for every method the length where model + added memory would pass 24 GiB (measured when it did, otherwise
+printed with its reason. At the end: multi-hop IFR's ratios against the 1.3x goal and a linear fit of its memory
+against length, and for every method the length where model + added memory would pass 24 GiB (measured when it did, otherwise
 extrapolated from the measured growth and labelled so).
 """
 
@@ -258,7 +258,8 @@ def fits_24gib(history: dict, model_bytes: int) -> str:
         return f"fits at every measured length (<= {max(Ls, default=0)}); no growth to extrapolate"
     limit = ((FIT_IN - model_bytes) / a) ** (1 / k)
     where = f"~{limit:,.0f} tokens" if limit < 1e7 else "beyond 10M tokens"
-    return f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} lengths up to {max(Ls)}{bounds}): passes 24 GiB at {where}"
+    return (f"extrapolated (power law, exponent {k:.2f}, from {len(Ls)} lengths up to {max(Ls)}{bounds}): "
+            f"passes 24 GiB at {where}")
 
 
 def main() -> None:
