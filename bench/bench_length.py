@@ -22,8 +22,8 @@ Budget: a method is skipped at larger lengths once it ran past ``--timeout-per-m
 from the third length on also when the growth measured so far (power law over the measured lengths) predicts it would
 (time), or that it would add more than ``--max-added-gib`` (which keeps a shared machine from swapping). Every skip is
 printed with its reason. At the end: multi-hop IFR's ratios against the 1.3x goal and a linear fit of its memory
-against length, and for every method the length where model + added memory would pass 24 GiB (measured when it did, otherwise
-extrapolated from the measured growth and labelled so).
+against length, and for every method the length where model + added memory would pass 24 GiB (measured when it did,
+otherwise extrapolated from the measured growth and labelled so).
 """
 
 from __future__ import annotations
