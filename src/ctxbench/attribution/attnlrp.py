@@ -8,35 +8,18 @@ same sum of the per-token relevances: a hop over a span costs one backward pass.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 
 from ctxbench.attribution.base import Attributor
-from ctxbench.attribution.baselines import _Baseline, _predicting_rows
+from ctxbench.attribution.baselines import _Baseline, _predicting_rows, explaining
 from ctxbench.attribution.lrp_rules import attnlrp_rules, linear_rule
 from ctxbench.attribution.multi_hop import _check_hops, _result, hop_recursion, observation_mask
 from ctxbench.models.attention import attention_kernel
-
-
-@contextlib.contextmanager
-def _explaining(model) -> Iterator[None]:
-    """Eval mode and no parameter gradients (only the input's are needed) inside the block, as before after it."""
-    was_training = model.training
-    req = [p.requires_grad for p in model.parameters()]
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, r in zip(model.parameters(), req):
-            p.requires_grad_(r)
-        model.train(was_training)
 
 
 class LRPPass:
@@ -105,7 +88,7 @@ class AttnLRPAttributor(_LRPMethod, _Baseline):
             raise ValueError(f"{self.method}: row_batch must be >= 1, got {self.row_batch}")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
-        with _explaining(model):
+        with explaining(model):
             lp = self._lrp_pass(model, ctx, timings)
             t0 = time.perf_counter()
             eye = torch.eye(ctx.G, device=lp.logits.device)
@@ -163,7 +146,7 @@ class FTAttnLRPAttributor(_LRPMethod):
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         sink = sink or (0, ctx.G - 1)
         think = think or sink
-        with _explaining(model):
+        with explaining(model):
             lp = self._lrp_pass(model, ctx, timings)
             t0 = time.perf_counter()
             s_rows, t_rows = ctx.gen_rows(sink), ctx.gen_rows(think)

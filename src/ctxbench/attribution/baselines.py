@@ -6,9 +6,10 @@ prompt tokens and the generated tokens before t (the causal past), other columns
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 import numpy as np
 import torch
@@ -106,21 +107,29 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torc
     return total
 
 
+@contextlib.contextmanager
+def explaining(model) -> Iterator[None]:
+    """Eval mode and no parameter gradients (gradient methods need the input's only) inside the block; the model's
+    mode and ``requires_grad`` flags as before after it."""
+    was_training = model.training
+    req = [p.requires_grad for p in model.parameters()]
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, r in zip(model.parameters(), req):
+            p.requires_grad_(r)
+        model.train(was_training)
+
+
 @dataclass
 class _GradBaseline(_Baseline):
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        req = [p.requires_grad for p in model.parameters()]
-        for p in model.parameters():  # gradients w.r.t. the inputs only
-            p.requires_grad_(False)
-        try:
+        with explaining(model):
             full = self._scores(model, tokenizer, ctx)
-        finally:
-            for p, r in zip(model.parameters(), req):
-                p.requires_grad_(r)
-            model.train(was_training)
         return self._finish(ctx, full, timings, t0)
 
 
