@@ -10,6 +10,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = ROOT / ".cache"
 
 
+def without_timings(obj):
+    """A results record (or a part of one) without its timing fields (``*_s``, ``*timings``), which differ per run."""
+    if isinstance(obj, dict):
+        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (fp32, CPU, eager attention) as a LoadedLM."""

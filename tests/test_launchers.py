@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import CACHE_DIR, ROOT
+from conftest import CACHE_DIR, ROOT, without_timings
 
 SWEEP = ["dataset=niah_single_1,niah_mq_q2", "attribution=random", "mode=recovery", "max_examples=2", "length=512",
          "dataset.num_samples=2", "html=false", "progress=false", "heatmaps=0"]
@@ -32,14 +32,6 @@ def sweep(tmp_path, name: str, launcher: list[str]) -> dict:
     for results in sorted(out.glob("*/results.jsonl")):
         jobs[results.parent.name] = [without_timings(json.loads(line)) for line in results.read_text().splitlines()]
     return jobs
-
-
-def without_timings(obj):
-    if isinstance(obj, dict):
-        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
-    if isinstance(obj, list):
-        return [without_timings(v) for v in obj]
-    return obj
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from ctxbench.shards import Shard, interleave
 from ctxbench.stages.run import RESULTS, run_stage
 from ctxbench.stages.run_shards import merge_run
 
-from conftest import CACHE_DIR, ROOT
+from conftest import CACHE_DIR, ROOT, without_timings
 
 register_configs()
 
@@ -83,14 +83,6 @@ def run_cfg(tmp_path, *overrides):
             f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.num_samples=3", "length=512",
             "max_examples=3", "progress=false", "attribution=[random,attention]", "mode=[faithfulness,recovery]",
             "views=[seq]", "heatmaps=2", "save_traces=true", *overrides])
-
-
-def without_timings(obj):
-    if isinstance(obj, dict):
-        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
-    if isinstance(obj, list):
-        return [without_timings(v) for v in obj]
-    return obj
 
 
 @pytest.mark.slow
