@@ -309,3 +309,45 @@ def test_parameters_checked_when_built():
     assert MultiHopBothAttributor(hops=3).params == {
         "tau": 0.0, "recompute_attention": True, "forward_attn_impl": "sdpa", "sink_chunk": 64,
         "chunk_elems": 1 << 22, "f_cache_bytes": 1 << 30, "hops": 3, "hop0": "all_gen"}
+
+
+def test_recorded_attention_inputs_equal_projections(fam):
+    """The sdpa capture records the queries/keys/values the kernel got; they equal the adapter's projections from the
+    captured inputs (the eager path), and the attention registry is left as it was."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    family, model = fam
+    mi = make_input()
+    cap = capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa_attention_forward
+    assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
+    ref = capture(model, mi.input_ids, mi.gen_start, forward_attn_impl=None)  # eager: nothing recorded
+    rows = torch.arange(mi.gen_start, mi.input_ids.numel())
+    for li, lc in enumerate(cap.layers):
+        assert lc.q is not None and lc.kv is not None and ref.layers[li].kv is None and ref.layers[li].q is None
+        for got, want in zip(cap.kv(li), ref.kv(li)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cap.queries(li, rows), ref.queries(li, rows), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 3e-2, 1.0, 30.0])
+def test_overshoot_screen_equals_full_computation(fam, scale):
+    """The bounded overshoot term equals the one formed from every head output and coordinate, for weights from
+    nearly all pairs screened out (small) to none (large), including sinks with zero coordinates."""
+    from ctxbench.attribution.ifr import LayerView, SinkSigns
+
+    family, model = fam
+    mi = make_input()
+    cap = capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
+    g = torch.Generator().manual_seed(3)
+    for li in range(len(cap.layers)):
+        lv = LayerView(cap, li, IFRConfig(chunk_elems=50))  # tiny source chunks: exercise them
+        a = scale * torch.rand(cap.adapter.n_heads, cap.T, generator=g)
+        y = cap.layers[li].x_mid[-1].clone()
+        y[::7] = 0.0
+        sg = SinkSigns(y)
+        full = ((a[..., None] * lv.head_outputs(0, cap.T) - y).clamp(sg.lo, sg.hi) * sg.s).sum(-1)
+        got = lv.overshoot(a, y, sg)
+        torch.testing.assert_close(got, full, atol=1e-6, rtol=1e-5)
+        assert bool((got[full == 0] == 0).all())

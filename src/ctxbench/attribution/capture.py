@@ -18,6 +18,7 @@ optional sliding window) and GPT-2 (LayerNorm, fused qkv ``Conv1D`` with biases,
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -66,6 +67,7 @@ class FamilyAdapter:
         self._layers = list(layers)
         self.n_layers = len(self._layers)
         self.dtype = dtype  # weights are read in this dtype (the capture's)
+        self._out: dict = {}
 
     # --- structure -------------------------------------------------------------------------------------------------
     def layers(self) -> list:
@@ -78,8 +80,14 @@ class FamilyAdapter:
         return getattr(self._layers[li], self.mid_name)
 
     # --- per-layer maths (inputs in self.dtype on the model's device) ----------------------------------------------
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (GQA): query head h reads KV head h // group (the order of transformers'
+        repeat_kv)."""
+        return self.n_heads // self.n_kv_heads
+
     def values(self, li: int, h: torch.Tensor) -> torch.Tensor:
-        """(N, d) attention inputs -> (N, n_heads, head_dim) values, already expanded from KV heads to query heads."""
+        """(N, d) attention inputs -> (N, n_kv_heads, head_dim) values (one per KV head, not expanded)."""
         raise NotImplementedError
 
     def queries(self, li: int, h: torch.Tensor, positions: torch.Tensor, pos_emb) -> torch.Tensor:
@@ -87,12 +95,27 @@ class FamilyAdapter:
         raise NotImplementedError
 
     def keys(self, li: int, h: torch.Tensor, pos_emb) -> torch.Tensor:
-        """(N, d) for positions 0..N-1 -> (N, n_heads, head_dim) (expanded to query heads)."""
+        """(N, d) for positions 0..N-1 -> (N, n_kv_heads, head_dim), position encoding applied (not expanded)."""
         raise NotImplementedError
 
     def out_blocks(self, li: int) -> torch.Tensor:
         """(n_heads, head_dim, d_model): head h's slice of the output projection, so f_j^h = v_j^h @ W_O^h."""
         raise NotImplementedError
+
+    def out_rows(self, li: int) -> tuple:
+        """(W_O^h transposed (n_heads, d_model, head_dim), contiguous; the norms of W_O^h's columns (n_heads, d_model))
+        for the overshoot bound of span IFR, made once per capture."""
+        key = ("rows", li)
+        if key not in self._out:
+            rows = self.out_blocks(li).transpose(1, 2).contiguous()
+            self._out[key] = (rows, torch.linalg.vector_norm(rows, dim=-1))
+        return self._out[key]
+
+    def _cached_out_blocks(self, li: int, make) -> torch.Tensor:
+        # a contiguous copy per layer (the size of W_O), made once per capture rather than once per hop and layer
+        if li not in self._out:
+            self._out[li] = make().contiguous()
+        return self._out[li]
 
     def out_bias(self, li: int) -> Optional[torch.Tensor]:
         raise NotImplementedError
@@ -135,13 +158,8 @@ class LlamaLikeAdapter(FamilyAdapter):
         if getattr(cfg, "attn_logit_softcapping", None):
             raise UnsupportedModelError("attention logit soft-capping is not supported")
 
-    def _expand(self, x: torch.Tensor) -> torch.Tensor:
-        # GQA: query head h reads KV head h // group (the order of transformers' repeat_kv).
-        return x.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-
     def values(self, li, h):
-        v = _linear(h, self.attn(li).v_proj).view(h.shape[0], self.n_kv_heads, self.head_dim)
-        return self._expand(v)
+        return _linear(h, self.attn(li).v_proj).view(h.shape[0], self.n_kv_heads, self.head_dim)
 
     def queries(self, li, h, positions, pos_emb):
         a = self.attn(li)
@@ -158,11 +176,11 @@ class LlamaLikeAdapter(FamilyAdapter):
             k = a.k_norm(k)
         cos, sin = pos_emb
         n = h.shape[0]
-        return self._expand(_rope(k, cos[:n], sin[:n]))
+        return _rope(k, cos[:n], sin[:n])
 
     def out_blocks(self, li):
-        w = _w(self.attn(li).o_proj.weight, self.dtype)  # (d, H*dh)
-        return w.view(self.d_model, self.n_heads, self.head_dim).permute(1, 2, 0).contiguous()
+        return self._cached_out_blocks(li, lambda: _w(self.attn(li).o_proj.weight, self.dtype)  # (d, H*dh)
+                                       .view(self.d_model, self.n_heads, self.head_dim).permute(1, 2, 0))
 
     def out_bias(self, li):
         b = self.attn(li).o_proj.bias
@@ -202,8 +220,8 @@ class GPT2Adapter(FamilyAdapter):
         return self._part(li, h, 1)
 
     def out_blocks(self, li):
-        w = _w(self.attn(li).c_proj.weight, self.dtype)
-        return w.view(self.n_heads, self.head_dim, self.d_model).contiguous()
+        return self._cached_out_blocks(li, lambda: _w(self.attn(li).c_proj.weight, self.dtype)
+                                       .view(self.n_heads, self.head_dim, self.d_model))
 
     def out_bias(self, li):
         return _w(self.attn(li).c_proj.bias, self.dtype)
@@ -235,6 +253,9 @@ class LayerCapture:
     x_prev: torch.Tensor  # (R, d) rows row_start..T-1
     x_mid: torch.Tensor  # (R, d)
     attn: Optional[torch.Tensor] = None  # (H, R, T) stored eager probabilities of the same rows
+    kv: Optional[tuple] = None  # (keys, values), each (n_kv_heads, T, head_dim): built on first use, read by every hop
+    q: Optional[torch.Tensor] = None  # (n_heads, R, head_dim) queries of rows row_start.., as the attention kernel got them
+    v_norms: Optional[torch.Tensor] = None  # (n_kv_heads, T) L2 norms of the values
 
 
 @dataclass
@@ -255,9 +276,65 @@ class Capture:
     def stored_attention(self) -> bool:
         return self.layers[0].attn is not None
 
+    def kv(self, li: int) -> tuple:
+        """Keys (position encoding applied) and values of layer ``li`` for all T positions, one per KV head
+        ((n_kv_heads, T, head_dim) each, contiguous per head): those the attention kernel received when the capture
+        recorded them, else projected once from ``h`` and kept. Unexpanded they cost 2 x n_kv_heads x head_dim floats
+        per position and layer, a fraction of ``h``; every hop and method reuses them."""
+        lc = self.layers[li]
+        if lc.kv is None:
+            k = self.adapter.keys(li, lc.h, self.pos_emb)
+            v = self.adapter.values(li, lc.h)
+            lc.kv = (k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous())
+        return lc.kv
+
+    def queries(self, li: int, rows: torch.Tensor) -> torch.Tensor:
+        """(R, n_heads, head_dim) queries of the given absolute rows (all >= row_start), position encoding applied:
+        the ones the attention kernel received when the capture recorded them, else projected again from ``h``."""
+        lc = self.layers[li]
+        if lc.q is not None:
+            return lc.q[:, rows - self.row_start].transpose(0, 1)
+        return self.adapter.queries(li, lc.h[rows], rows, self.pos_emb)
+
+    def value_norms(self, li: int) -> torch.Tensor:
+        """L2 norms of the values (n_kv_heads, T), kept with them."""
+        lc = self.layers[li]
+        if lc.v_norms is None:
+            lc.v_norms = torch.linalg.vector_norm(self.kv(li)[1], dim=-1)
+        return lc.v_norms
+
 
 def _hidden_arg(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
+
+
+@contextlib.contextmanager
+def recording_attention(model, record):
+    """Inside the block, every call of the model's attention kernel first passes (module, queries, keys, values) to
+    ``record``: the exact post-RoPE (and post q/k-norm) tensors the kernel got, so IFR never projects them again.
+    Works through transformers' attention registry, i.e. for every kernel but eager (which models call directly);
+    with eager nothing is recorded and IFR projects from the captured inputs instead."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as registry
+
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl is None or impl == "eager" or impl not in registry:
+        yield
+        return
+    had_local = impl in registry._local_mapping
+    kernel = registry[impl]
+
+    def recorded(module, query, key, value, *args, **kwargs):
+        record(module, query, key, value)
+        return kernel(module, query, key, value, *args, **kwargs)
+
+    registry[impl] = recorded
+    try:
+        yield
+    finally:
+        if had_local:
+            registry[impl] = kernel
+        else:
+            del registry[impl]
 
 
 @torch.no_grad()
@@ -282,6 +359,8 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     xp: list = [None] * L
     xm: list = [None] * L
     at: list = [None] * L
+    qkv: list = [None] * L
+    layer_of = {id(ad.attn(li)): li for li in range(L)}
     pos: dict = {}
     handles = []
 
@@ -307,6 +386,10 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
             at[li] = w[0, :, row_start:, :].detach().to(dt, copy=True)
         return hook
 
+    def record(module, query, key, value):
+        li = layer_of[id(module)]
+        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(), value[0].to(dt).contiguous())
+
     def mid_pre(li):
         def hook(mod, args):
             xm[li] = args[0][0, row_start:].detach().to(dt, copy=True)
@@ -322,7 +405,7 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
             handles.append(ad.attn(li).register_forward_hook(attn_out(li), with_kwargs=True))
     impl = "eager" if store_attention else forward_attn_impl
     try:
-        with attention_kernel(model, impl):
+        with attention_kernel(model, impl), recording_attention(model, record):
             model.base_model(input_ids=ids, use_cache=False)
     except _StopForward:
         pass
@@ -330,5 +413,8 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
         for hd in handles:
             hd.remove()
     layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i]) for i in range(L)]
+    for lc, rec in zip(layers, qkv):
+        if rec is not None:
+            lc.q, lc.kv = rec[0], (rec[1], rec[2])
     return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, pos_emb=pos.get("pe"),
                    seconds=time.perf_counter() - t0)

@@ -7,6 +7,13 @@ Memory: attention probabilities are only ever formed for a chunk of sink rows of
 outputs ``f`` are kept for one layer (H x T x d) when that fits ``f_cache_bytes``, else rebuilt per source chunk; the
 per-token path never holds more than ``chunk_elems`` elements of the (heads x sinks x sources x d) difference tensor.
 
+Speed (span IFR): the overshoot term ``s.clamp(c - y)`` is exactly 0 for a (source, head) pair whose contribution
+cannot exceed the sink in any coordinate, and a bound says which pairs can: ``|f_jk^h| <= |v_j^h|_2 |W_O^h[:, k]|_2``
+(Cauchy-Schwarz), so coordinate k of pair (j, h) can overshoot only if ``a_j^h |v_j^h|_2 |W_O^h[:, k]|_2 > |y_k|``.
+Only the pairs and coordinates that pass are computed (on SmolLM2 at 1k tokens 3-9% of the H x T x d block); the
+others are the exact zeros the full computation would give. The bound carries a relative margin far above the
+rounding of ``f``, so borderline pairs are computed too and the result equals the full computation.
+
 Precision: the proximity is never formed as the difference of the two L1 norms, which for a small contribution cancels
 almost entirely and leaves only the rounding of the norms of ``y`` (float32 on long inputs: percent-level errors on
 the small weights). With ``s = sign(y)`` (+1 at 0), ``|y_k| - |y_k - z_k| = s_k z_k - 2 relu(s_k (z_k - y_k))``
@@ -28,6 +35,9 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix
 from ctxbench.attribution.capture import Capture, capture
+
+
+_BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rounding (~head_dim x eps)
 
 
 @dataclass
@@ -58,14 +68,15 @@ def prox_l1(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class LayerView:
-    """Everything IFR needs from one layer, built lazily from the capture (keys, head outputs, attention rows)."""
+    """Everything IFR needs from one layer, built lazily from the capture (attention rows, head outputs). Keys and
+    values come from the capture's per-layer cache (projected once for all hops); heads are batched matrix products
+    on per-head contiguous tensors (several times faster than the equivalent einsum on CPU)."""
 
     def __init__(self, cap: Capture, li: int, cfg: IFRConfig, n_src: Optional[int] = None):
         self.cap, self.li, self.cfg = cap, li, cfg
         self.ad = cap.adapter
         self.lc = cap.layers[li]
         self.n_src = cap.T if n_src is None else int(n_src)  # sources 0..n_src-1 (causality: max sink + 1)
-        self._keys: Optional[torch.Tensor] = None
         self._values: Optional[torch.Tensor] = None
         self._f: Optional[torch.Tensor] = None
         self._O = self.ad.out_blocks(li)  # (H, dh, d)
@@ -77,13 +88,15 @@ class LayerView:
         """Attention probabilities (H, R, n_src) of the given sink rows."""
         if self.lc.attn is not None:
             return self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
-        if self._keys is None:
-            self._keys = self.ad.keys(self.li, self.lc.h[:self.n_src], self.cap.pos_emb)  # (N, H, dh)
-        q = self.ad.queries(self.li, self.lc.h[rows], rows, self.cap.pos_emb)  # (R, H, dh)
-        scores = torch.einsum("rhd,nhd->hrn", q, self._keys) * self.ad.scaling(self.li)
-        j = torch.arange(self.n_src, device=rows.device)
+        ad, R, N = self.ad, rows.numel(), self.n_src
+        keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
+        q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (R, H, dh)
+        # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
+        q = q.permute(1, 0, 2).reshape(ad.n_kv_heads, ad.group * R, ad.head_dim)
+        scores = torch.bmm(q, keys.transpose(1, 2)).view(ad.n_heads, R, N)
+        j = torch.arange(N, device=rows.device)
         blocked = j[None, :] > rows[:, None]
-        sw = self.ad.sliding_window(self.li)
+        sw = ad.sliding_window(self.li)
         if sw:
             blocked |= j[None, :] <= rows[:, None] - sw
         scores.masked_fill_(blocked[None], float("-inf"))
@@ -99,20 +112,47 @@ class LayerView:
         return self._compute_f(j0, j1)
 
     def _compute_f(self, j0: int, j1: int) -> torch.Tensor:
-        return torch.einsum("jhk,hkd->hjd", self.values()[j0:j1], self._O)
+        return torch.bmm(self.values()[:, j0:j1], self._O)
 
     def values(self) -> torch.Tensor:
+        """(H, N, dh): the cached values expanded to query heads (small next to f)."""
         if self._values is None:
-            self._values = self.ad.values(self.li, self.lc.h[:self.n_src])  # (N, H, dh): small next to f
+            v = self.cap.kv(self.li)[1][:, :self.n_src]
+            self._values = v.repeat_interleave(self.ad.group, dim=0) if self.ad.group > 1 else v
         return self._values
+
+    def overshoot(self, a: torch.Tensor, y: torch.Tensor, sg: "SinkSigns") -> torch.Tensor:
+        """``s . clamp(a_j^h f_j^h - y)`` (H, n_src) for per-pair weights ``a`` (H, n_src) against one sink ``y`` (d,),
+        computed only where the bound in the module notes allows a non-zero value (exact zeros elsewhere)."""
+        v = self.values()  # (H, N, dh)
+        H, N = a.shape
+        out = torch.zeros(H, N, dtype=a.dtype, device=a.device)
+        o_rows, o_norms = self.ad.out_rows(self.li)  # (H, d, dh) = W_O^h transposed, (H, d) its column norms
+        # coordinate k of pair (j, h) is reachable iff bound_jh > |y_k| / |W_O^h[:, k]| (inf where the column is 0)
+        bound = a * self.cap.value_norms(self.li)[:, :N].repeat_interleave(self.ad.group, dim=0)
+        bound *= 1.0 + _BOUND_MARGIN
+        reach = y.abs()[None] / o_norms  # (H, d)
+        live = bound > reach.amin(-1, keepdim=True)  # (H, N): pairs that can overshoot somewhere
+        for h, n in enumerate(live.sum(-1).tolist()):
+            if n == 0:
+                continue
+            js = torch.nonzero(live[h]).flatten()
+            ks = torch.nonzero(reach[h] < bound[h, js].max()).flatten()
+            o_k, lo, hi, s_k, y_k = o_rows[h].index_select(0, ks), sg.lo[ks], sg.hi[ks], sg.s[ks], y[ks]
+            step = self.source_chunk(ks.numel())
+            for i0 in range(0, n, step):
+                jj = js[i0:i0 + step]
+                c = (v[h].index_select(0, jj) @ o_k.T).mul_(a[h, jj, None])  # (J, K) contributions there
+                out[h, jj] = c.sub_(y_k).clamp_(lo, hi) @ s_k
+        return out
 
     def head_dots(self, j0: int, j1: int, s: torch.Tensor) -> torch.Tensor:
         """``f_j^h . s`` for sources j0..j1-1 without reading f: ``v_j^h . (W_O^h s)``. s (d,) -> (H, J);
         s (R, d) -> (R, H, J)."""
-        v = self.values()[j0:j1]  # (J, H, dh)
+        v = self.values()[:, j0:j1]  # (H, J, dh)
         if s.dim() == 1:
-            return torch.einsum("jhk,hk->hj", v, self._O @ s)
-        return torch.einsum("jhk,hkr->rhj", v, self._O @ s.T)
+            return torch.bmm(v, (self._O @ s)[..., None])[..., 0]
+        return torch.bmm(v, self._O @ s.T).permute(2, 0, 1)
 
     def x_mid(self, rows):
         return self.lc.x_mid[rows - self.cap.row_start]
@@ -151,25 +191,19 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     H, d = cap.adapter.n_heads, cap.adapter.d_model
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
-        abar = torch.zeros(H, n_src, dtype=f64, device=dev)
+        abar = torch.zeros(H, 1, n_src, dtype=f64, device=dev)
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             sl = slice(r0, r0 + cfg.sink_chunk)
-            abar += torch.einsum("r,hrn->hn", w_dt[sl], lv.attn_rows(rows[sl]))
-        abar = abar.to(dt)
+            abar += torch.bmm(w_dt[sl].expand(H, 1, -1), lv.attn_rows(rows[sl]))
+        abar = abar[:, 0].to(dt)
         x_s = w @ lv.x_mid(rows).to(f64)
         r_s = w @ lv.x_prev(rows).to(f64)
         resid = prox_l1(r_s, x_s)
         x_s = x_s.to(dt)
         sg = SinkSigns(x_s)
-        numer = torch.empty(n_src, dtype=dt, device=dev)
-        step = lv.source_chunk(H * d)
-        for j0 in range(0, n_src, step):
-            j1 = min(n_src, j0 + step)
-            f, a = lv.head_outputs(j0, j1), abar[:, j0:j1]  # (H, J, d), (H, J)
-            p = a * lv.head_dots(j0, j1, sg.s)  # s . c_j^h with c_j^h = abar_j^h f_j^h
-            over = torch.addcmul(-x_s, a[..., None], f).clamp_(sg.lo, sg.hi)  # c - x_S where c overshoots x_S
-            p.sub_(over @ sg.s, alpha=2.0).clamp_min_(0.0)
-            numer[j0:j1] = _threshold(p, cfg.tau).sum(0)
+        p = abar * lv.head_dots(0, n_src, sg.s)  # s . c_j^h with c_j^h = abar_j^h f_j^h
+        p.sub_(lv.overshoot(abar, x_s, sg), alpha=2.0).clamp_min_(0.0)
+        numer = _threshold(p, cfg.tau).sum(0)
         denom = numer.sum(dtype=f64) + resid
         if float(denom) > 0:
             total[:n_src] += numer.to(f64) / denom
