@@ -1,12 +1,14 @@
 """Batches halved on CUDA out-of-memory (ctxbench.batching), tested on CPU with fakes that raise the error above a
-size: every item is processed exactly once, the size that worked is kept, and deletion scores are unchanged."""
+size: every item is processed exactly once, the size that worked is kept, the forward passes reported are the ones
+the fake saw complete, and deletion scores are unchanged."""
 
 import numpy as np
 import pytest
 import torch
 
-from ctxbench.batching import run_in_batches
-from ctxbench.metrics.faithfulness import sequence_logprobs
+from ctxbench.batching import BatchRun, run_in_batches
+from ctxbench.metrics.faithfulness import faithfulness_for_views, sequence_logprobs
+from ctxbench.prompts.formats import ModelInput
 
 
 def oom_above(limit: int, calls: list):
@@ -19,9 +21,17 @@ def oom_above(limit: int, calls: list):
 
 def test_halves_until_it_fits_and_keeps_that_size(caplog):
     calls = []
-    assert run_in_batches(11, 8, oom_above(3, calls), what="test") == 2
+    # 8 and 4 fail; then 2 at a time: [0,2) [2,4) ... [8,10) and the last item: 6 passes, where ceil(11 / 8) = 2
+    assert run_in_batches(11, 8, oom_above(3, calls), what="test") == BatchRun(size=2, passes=6, retries=2)
     assert calls == [(0, 8), (0, 4), (0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 11)]
     assert caplog.text.count("out of GPU memory") == 2
+
+
+def test_no_out_of_memory_counts_ceil_n_over_batch():
+    calls = []
+    assert run_in_batches(11, 4, oom_above(99, calls), what="test") == BatchRun(size=4, passes=3, retries=0)
+    assert calls == [(0, 4), (4, 8), (8, 11)]
+    assert run_in_batches(0, 4, oom_above(99, []), what="test") == BatchRun(size=4, passes=0, retries=0)
 
 
 def test_out_of_memory_at_one_item_is_raised():
@@ -49,8 +59,11 @@ class TinyLM(torch.nn.Module):
 def test_deletion_passes_shrink_and_score_as_before():
     seqs = torch.randint(0, 11, (7, 9), generator=torch.Generator().manual_seed(1))
     model = TinyLM(limit=2)
-    got = sequence_logprobs(model, seqs, gen_start=6, batch_size=8)
-    assert model.sizes[:3] == [7, 4, 2] and set(model.sizes[3:]) <= {1, 2}
+    stats = {}
+    got = sequence_logprobs(model, seqs, gen_start=6, batch_size=8, stats=stats)
+    # 7 fails, 4 fails, then 2 + 2 + 2 + 1: four passes ran, where ceil(7 / 8) = 1
+    assert model.sizes == [7, 4, 2, 2, 2, 1]
+    assert stats == {"forward_passes": 4, "oom_retries": 2}
     # Hand computation: sum over positions 6..8 of log softmax(logits at t-1)[token t], one sequence at a time.
     with torch.no_grad():
         want = []
@@ -59,3 +72,18 @@ def test_deletion_passes_shrink_and_score_as_before():
             lp = torch.log_softmax(logits.double(), -1)
             want.append(sum(float(lp[t - 1, s[t]]) for t in range(6, 9)))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_faithfulness_counts_the_passes_that_ran():
+    """The deletion stats after halving: the passes the model completed (its own log), not ceil(distinct / batch)."""
+    model = TinyLM(limit=3)
+    P, G = 6, 3
+    ids = torch.randint(1, 11, (P + 2 + G,), generator=torch.Generator().manual_seed(2))
+    mi = ModelInput(input_ids=ids, prompt_positions=torch.arange(1, P + 1), prompt_offsets=[], gen_start=P + 2, text="")
+    stats = {}
+    faithfulness_for_views(model, mi, {"seq": np.arange(P, dtype=float)}, pad_id=0, batch_size=8, stats=stats)
+    # K = P = 6 steps: 7 distinct deleted sets; 7 and 4 fail (limit 3), then 2 + 2 + 2 + 1
+    assert stats["sequences"] == 7 and -(-7 // 8) == 1
+    completed = [s for s in model.sizes if s <= model.limit]
+    assert model.sizes == [7, 4, 2, 2, 2, 1] and sum(completed) == 7
+    assert stats["forward_passes"] == len(completed) == 4

@@ -4,6 +4,7 @@ same items (the embedder's corpus encoding and the deletion passes of faithfulne
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -11,12 +12,22 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def run_in_batches(n: int, batch_size: int, run: Callable[[int, int], None], *, what: str) -> int:
+@dataclass(frozen=True)
+class BatchRun:
+    """What ``run_in_batches`` did: ``size``, the batch size that worked (kept to the end); ``passes``, the calls
+    that completed (one forward pass each); ``retries``, the calls abandoned on out-of-memory and rerun smaller."""
+
+    size: int
+    passes: int
+    retries: int
+
+
+def run_in_batches(n: int, batch_size: int, run: Callable[[int, int], None], *, what: str) -> BatchRun:
     """Call ``run(lo, hi)`` for consecutive slices covering ``range(n)``, at most ``batch_size`` items each; on
     ``torch.cuda.OutOfMemoryError`` halve the size and retry the slice (a failure at size 1 is raised). The size
-    that worked is kept for the remaining slices, and returned."""
+    that worked is kept for the remaining slices."""
     batch = max(1, batch_size)
-    lo = 0
+    lo = passes = retries = 0
     while lo < n:
         hi = min(n, lo + batch)
         try:
@@ -25,8 +36,10 @@ def run_in_batches(n: int, batch_size: int, run: Callable[[int, int], None], *, 
             if batch == 1:
                 raise
             batch = max(1, batch // 2)
+            retries += 1
             torch.cuda.empty_cache()
             log.warning("%s: out of GPU memory; batch size lowered to %d", what, batch)
             continue
+        passes += 1
         lo = hi
-    return batch
+    return BatchRun(batch, passes, retries)

@@ -187,10 +187,12 @@ def _check_input(model_input: _ModelInputLike) -> tuple[torch.Tensor, int, int]:
 
 
 @torch.inference_mode()
-def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size: int = 8) -> np.ndarray:
+def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size: int = 8,
+                      stats: Optional[dict] = None) -> np.ndarray:
     """Sum over the tokens ``sequences[:, gen_start:]`` of log p(token | prefix), teacher-forced, for N equal-length
     sequences; at most ``batch_size`` sequences per forward pass (fewer after an out-of-memory error). Returns float64
-    (N,)."""
+    (N,). ``stats``, when given, receives ``forward_passes`` (completed) and ``oom_retries`` (passes abandoned on
+    out-of-memory)."""
     n, t = sequences.shape
     g = t - gen_start
     device = _model_device(model)
@@ -209,7 +211,9 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
         out[lo:hi] = lp.double().sum(-1).cpu().numpy()
 
     # A long prompt on a small GPU: the batch halves on out-of-memory instead of failing the run.
-    run_in_batches(n, batch_size, score, what="deletion passes")
+    batches = run_in_batches(n, batch_size, score, what="deletion passes")
+    if stats is not None:
+        stats.update(forward_passes=batches.passes, oom_retries=batches.retries)
     return out
 
 
@@ -251,12 +255,13 @@ def _score_deletion_sets(model, model_input, sets_by_key: Mapping[str, list[np.n
                 slot[s.tobytes()] = len(distinct)
                 distinct.append(s)
     sequences = torch.stack([_perturbed(ids, positions, s, pad_id) for s in distinct])
+    passes: dict = {}
     with attention_kernel(model, attn_implementation):
-        values = sequence_logprobs(model, sequences, gen_start, batch_size)
+        values = sequence_logprobs(model, sequences, gen_start, batch_size, stats=passes)
     curves = {k: values[[slot[s.tobytes()] for s in sets]] for k, sets in sets_by_key.items()}
     requested = sum(len(sets) for sets in sets_by_key.values())
-    stats = {"sequences": len(distinct), "requested": requested,
-             "forward_passes": -(-len(distinct) // max(1, batch_size))}
+    # The passes actually run: more than ceil(distinct / batch_size) once out-of-memory halved the batch.
+    stats = {"sequences": len(distinct), "requested": requested, "forward_passes": passes["forward_passes"]}
     return curves, stats
 
 

@@ -252,19 +252,19 @@ class Embedder:
         order = np.argsort(-lengths, kind="stable")  # longest first
         out = np.empty((n, self.dim), dtype=np.float32)
         stats = {"n_texts": n, "tokens": int(lengths.sum()), "padded_tokens": 0, "forward_s": 0.0,
-                 "tokenize_s": t_tok, "batches": 0}
+                 "tokenize_s": t_tok}
+
         def encode_slice(lo: int, hi: int) -> None:
             sel = order[lo:hi]
             vecs, padded, fwd = self._encode_batch(ids, types, sel)
             out[sel] = vecs
             stats["padded_tokens"] += padded
             stats["forward_s"] += fwd
-            stats["batches"] += 1
 
         with torch.inference_mode():
-            batch = run_in_batches(n, self.batch_size, encode_slice, what="embedder")
+            batches = run_in_batches(n, self.batch_size, encode_slice, what="embedder")
         stats["total_s"] = time.perf_counter() - t0
-        stats["batch_size"] = batch
+        stats.update(batches=batches.passes, oom_retries=batches.retries, batch_size=batches.size)
         self.last_stats = stats
         return out
 
