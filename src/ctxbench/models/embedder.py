@@ -18,6 +18,10 @@ dtype, truncate_dim and a sha256 of the texts. A cache is reused only when the `
 expected key and the array has the expected shape; otherwise the embeddings are recomputed and the cache rewritten
 (atomically). A folder name alone is never trusted. The device is not part of the key: fp32 on CPU and on GPU agree
 to about 1e-6.
+
+Shards (``encode_corpus_shard``): jobs encode corpus rows ``i, i+n, ...`` each into the same folder; the first
+``encode_corpus`` of that corpus that finds them joins them into the whole cache instead of encoding
+(``ctxbench.models.embedding_cache``, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,11 @@ import numpy as np
 
 from ctxbench.assets import package_dir
 from ctxbench.batching import run_in_batches
+from ctxbench.errors import ConfigError
 from ctxbench.locks import create_once
+from ctxbench.models.embedding_cache import (join_shards, load_cached, load_shard, remove_shards, save_cached,
+                                             save_shard, shard_files, shard_rows)
+from ctxbench.shards import Shard
 
 log = logging.getLogger(__name__)
 
@@ -212,13 +218,50 @@ class Embedder:
             return cached
 
         def compute() -> np.ndarray:
-            emb = self.encode(texts, self.passage_max_length)
+            emb = join_shards(folder, key, len(texts))
+            if emb is None:
+                emb = self.encode(texts, self.passage_max_length)
+                self.last_stats["cache"] = "written"
+            else:
+                log.info("embedder: %d corpus embeddings joined from the shards in %s", len(texts), folder)
+                self.last_stats = {"cache": "joined", "n_texts": len(texts), "total_s": 0.0, "forward_s": 0.0}
             save_cached(folder, key, emb)
-            self.last_stats["cache"] = "written"
+            remove_shards(folder)
             return emb
 
         # Jobs of a sweep encoding the same corpus together: one encodes, the others wait and read its cache.
         return create_once(folder, reuse, compute)
+
+    def encode_corpus_shard(self, texts: Sequence[str], shard: Shard,
+                            cache_dir: Optional[str | Path] = None) -> np.ndarray:
+        """Encode rows ``shard.index, shard.index + shard.count, ...`` of the corpus ``texts`` into the embedding
+        cache, where a later ``encode_corpus(texts)`` joins the shards (module doc); returns those rows'
+        embeddings. Nothing is encoded when the shard, or the whole corpus, is cached already."""
+        root = cache_dir if cache_dir is not None else self.cache_dir
+        if root is None:
+            raise ConfigError("embedder cache_dir is null: a shard of the corpus encoding is written to the embedding "
+                              "cache, where the search job joins the shards; set it")
+        texts = list(texts)
+        key = self.cache_key(texts, self.passage_max_length)
+        folder = self.cache_folder(root, key)
+        whole = load_cached(folder, key, len(texts))
+        if whole is not None:
+            self.last_stats = {"cache": "hit", "n_texts": shard_rows(len(texts), shard)}
+            return shard.select(whole)
+
+        def reuse() -> Optional[np.ndarray]:
+            found = load_shard(folder, key, shard, len(texts))
+            if found is not None:
+                self.last_stats = {"cache": "hit", "n_texts": len(found)}
+            return found
+
+        def compute() -> np.ndarray:
+            emb = self.encode(shard.select(texts), self.passage_max_length)
+            save_shard(folder, key, shard, emb)
+            self.last_stats["cache"] = "written"
+            return emb
+
+        return create_once(shard_files(folder, shard)[0], reuse, compute)
 
     def cache_key(self, texts: Sequence[str], max_length: int, instruction: Optional[str] = None) -> dict[str, Any]:
         """Everything that changes the embeddings of ``texts`` (module doc)."""
@@ -312,41 +355,3 @@ def pool_hidden(hidden, mask, pooling: str):
         last = mask.sum(1) - 1  # right padding: the last real token of each row
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     raise ValueError(f"pooling={pooling!r}: expected one of {', '.join(POOLINGS)}")
-
-
-def load_cached(folder: Path, key: dict[str, Any], n: int) -> Optional[np.ndarray]:
-    """The cached embeddings when ``key.json`` in ``folder`` equals ``key`` and the array has ``n`` rows."""
-    kf, ef = folder / "key.json", folder / "embeddings.npy"
-    if not (kf.is_file() and ef.is_file()):
-        return None
-    try:
-        stored = json.loads(kf.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    if stored != json.loads(json.dumps(key)):
-        log.info("embedder: cache %s was written for other settings or texts; recomputing", folder)
-        return None
-    try:
-        emb = np.load(ef, allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    if emb.ndim != 2 or emb.shape[0] != n or emb.dtype != np.float32:
-        return None
-    return emb
-
-
-def save_cached(folder: Path, key: dict[str, Any], emb: np.ndarray) -> None:
-    """Write ``embeddings.npy`` then ``key.json`` (each atomically): a reader sees the key only with its array."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "key.json").unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="embeddings.", suffix=".npy", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(emb, dtype=np.float32))
-        os.replace(tmp, folder / "embeddings.npy")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    from ctxbench.files import atomic_write_text
-
-    atomic_write_text(folder / "key.json", json.dumps(key, indent=1, sort_keys=True))

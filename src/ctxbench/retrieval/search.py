@@ -18,6 +18,7 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.retrieval.data import RetrievalSplit, document_text
 from ctxbench.retrieval.metrics import ranked
+from ctxbench.shards import Shard
 
 SearchResults = dict[str, dict[str, float]]
 NO_RERANKER = "NoReranker"
@@ -61,14 +62,19 @@ def _rows(split: RetrievalSplit) -> tuple[list[dict], list[dict]]:
     return corpus, queries
 
 
+def _pools(split: RetrievalSplit) -> list[tuple[list[dict], list[dict]]]:
+    """``(documents, queries)`` rows of each group (the whole split when it has no groups)."""
+    corpus, queries = _rows(split)
+    groups = split.groups or [(list(range(len(corpus))), list(range(len(queries))))]
+    return [([corpus[i] for i in docs], [queries[j] for j in qs]) for docs, qs in groups]
+
+
 def search(retriever, split: RetrievalSplit, top_k: int, ignore_identical_ids: bool = False) -> SearchResults:
     """The top ``top_k`` documents of every query (capped at its corpus), all queries in one ``retrieve`` call per
     group. ``ignore_identical_ids``: a hit whose id is the query's is dropped and the next one fills its place."""
-    corpus, queries = _rows(split)
-    groups = split.groups or [(list(range(len(corpus))), list(range(len(queries))))]
-    doc_ids = {r["id"] for r in corpus}
-    extra = int(ignore_identical_ids and any(q["id"] in doc_ids for q in queries))
-    pools = [([corpus[i] for i in docs], [queries[j] for j in qs]) for docs, qs in groups]
+    pools = _pools(split)
+    doc_ids = {r["id"] for r in split.corpus}
+    extra = int(ignore_identical_ids and any(q["id"] in doc_ids for q in split.queries))
     hits = retriever.retrieve_grouped(pools, top_k + extra)
     out: SearchResults = {}
     for (pool, qs), group_hits in zip(pools, hits):
@@ -77,6 +83,13 @@ def search(retriever, split: RetrievalSplit, top_k: int, ignore_identical_ids: b
                      if not (ignore_identical_ids and pool[i]["id"] == q["id"])]
             out[q["id"]] = dict(found[:top_k])
     return out
+
+
+def encode_shard(retriever, split: RetrievalSplit, shard: Shard) -> int:
+    """Shard ``shard`` of the corpus encoding that ``search`` on ``split`` needs, written to the retriever's embedding
+    cache (docs/scale-out.md); returns the documents encoded. Only retrievers that encode a corpus
+    (``encode_corpus_shard``: dense) can be sharded."""
+    return retriever.encode_corpus_shard([docs for docs, _ in _pools(split)], shard)
 
 
 def rerank(reranker, split: RetrievalSplit, results: SearchResults, top_n: int) -> SearchResults:

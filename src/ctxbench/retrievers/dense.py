@@ -19,6 +19,7 @@ import numpy as np
 from ctxbench.models.embedder import Embedder
 from ctxbench.retrievers.ann import IndexSettings, build_index
 from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions, row_text
+from ctxbench.shards import Shard
 
 
 @dataclass(kw_only=True)
@@ -73,9 +74,8 @@ class DenseRetriever(TextRetriever):
         """As ``Retriever.retrieve_grouped``, with every group's pool encoded in one ``encode_corpus`` call (one
         cache entry) and every query in one ``encode_queries`` call; each group gets its own index."""
         groups = [(list(pool), list(queries)) for pool, queries in groups]
-        p_texts = [row_text(r, self.fields) for pool, _ in groups for r in pool]
         q_texts = [row_text(q, self.query_fields or self.fields) for _, queries in groups for q in queries]
-        p_emb = self.embedder.encode_corpus(p_texts)
+        p_emb = self.embedder.encode_corpus(self.corpus_texts([pool for pool, _ in groups]))
         q_emb = self.embedder.encode_queries(q_texts)
         out, p0, q0 = [], 0, 0
         for pool, queries in groups:
@@ -84,6 +84,15 @@ class DenseRetriever(TextRetriever):
             out.append(self._ranked(queries, min(k, len(pool)), q_emb[q0:q0 + len(queries)]))
             p0, q0 = p0 + len(pool), q0 + len(queries)
         return out
+
+    def corpus_texts(self, pools: Sequence[Sequence[Row]]) -> list[str]:
+        """The texts ``retrieve_grouped`` encodes for these pools, in one list (one embedding-cache entry)."""
+        return [row_text(r, self.fields) for pool in pools for r in pool]
+
+    def encode_corpus_shard(self, pools: Sequence[Sequence[Row]], shard: Shard) -> int:
+        """Encode shard ``shard`` of what ``retrieve_grouped`` encodes for these pools into the embedding cache, where
+        the unsharded search joins the shards (docs/scale-out.md); returns the rows encoded."""
+        return len(self.embedder.encode_corpus_shard(self.corpus_texts(pools), shard))
 
     def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
         return self._ranked(queries, k, self.embed_queries(queries))

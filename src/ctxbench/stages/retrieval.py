@@ -5,7 +5,9 @@ Data: a retrieval dataset kind (``RetrievalData``: a FlagEmbedding / BEIR folder
 splits; any other dataset is read as the attribution stage reads it and its examples' contexts become per-example
 corpora (``retrieval.context``). The causal LM of the ``model`` group is loaded only when the reranker or the
 retriever uses it. Files in the job dir: ``manifest.json``, ``search_results/`` (unless ``output_dir`` puts them
-elsewhere), ``retrieval.json`` (fractions, timings, settings) and ``retrieval.md`` (x100).
+elsewhere), ``retrieval.json`` (fractions, timings, settings) and ``retrieval.md`` (x100). A job with
+``shard.count > 1`` only encodes its shard of the corpus into the embedding cache (``manifest.json`` in its dir);
+the search job joins the shards (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
 from ctxbench.retrieval.metrics import evaluate, parse_metric_key
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.retrieval.report import write_job_report
-from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, load_results, rerank, results_path,
-                                       retriever_label, retriever_settings, save_results, search)
+from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, encode_shard, load_results, rerank,
+                                       results_path, retriever_label, retriever_settings, save_results, search)
 from ctxbench.retrievers.base import Retriever
+from ctxbench.shards import Shard
 from ctxbench.stages.common import stage_paths
 
 log = logging.getLogger(__name__)
@@ -75,12 +78,28 @@ def stored_or_computed(reranker_name: Optional[str], settings: dict, compute: Ca
     return results
 
 
+def retrieval_shard(cfg: DictConfig, retriever: Retriever) -> Shard:
+    """The corpus-encoding shard this job writes (docs/scale-out.md); count 1: an ordinary search job."""
+    if cfg.get("merge"):
+        raise ConfigError("merge: mode=retrieval has no merge step; the search job (without shard.*) joins the corpus "
+                          "encoding shards it finds in the embedding cache")
+    try:
+        shard = Shard(cfg.shard.index, cfg.shard.count)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if shard.count > 1 and not hasattr(retriever, "encode_corpus_shard"):
+        raise ConfigError(f"shard.count={shard.count}: mode=retrieval shards the corpus encoding of an embedding "
+                          f"retriever (retriever=dense); {retriever.name} encodes no corpus, run it unsharded")
+    return shard
+
+
 def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode) -> dict:
     output_dir = Path(output_dir)
     paths = stage_paths(cfg)
     if cfg.get("retriever") is None:
         raise ConfigError("retriever: mode=retrieval evaluates a retriever; choose one (retriever=bm25, dense, random)")
     retriever = build(cfg.retriever, "retriever", Retriever)
+    shard = retrieval_shard(cfg, retriever)
     reranker: Optional[Reranker] = build(cfg.reranker, "reranker", Reranker) \
         if cfg.get("reranker") is not None else None
     dataset = build(cfg.dataset, "dataset")
@@ -97,6 +116,12 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
     if cfg.dry_run:
         log.info("dry run: parts built, %d splits read; nothing searched", len(splits))
         return {"dry_run": True, "splits": [s.column for s in splits]}
+    if shard.count > 1:
+        encoded = {split.column: encode_shard(retriever, split, shard) for split in splits}
+        log.info("corpus encoding shard %d of %d written to the embedding cache (%s documents); the search job "
+                 "(the same command without shard.*) joins the shards", shard.index, shard.count,
+                 ", ".join(f"{c}: {n}" for c, n in encoded.items()))
+        return {"shard": [shard.index, shard.count], "encoded": encoded}
     if (reranker is not None and reranker.needs_model) or retriever.needs_lm:
         from ctxbench.models import load_causal_lm
 

@@ -54,7 +54,8 @@ def find_shard_dirs(paths: Iterable[str | Path]) -> list[Path]:
         for m in sorted(p.rglob(MANIFEST)) if not (p / MANIFEST).exists() else [p / MANIFEST]:
             manifest = json.loads(m.read_text(encoding="utf-8"))
             shard = manifest.get("config", {}).get("shard") or {}
-            if manifest.get("stage") == "run_exp" and shard.get("count", 1) > 1:
+            retrieval = (manifest.get("dataset") or {}).get("kind") == "retrieval"  # its shards join in the cache
+            if manifest.get("stage") == "run_exp" and shard.get("count", 1) > 1 and not retrieval:
                 found.append(m.parent)
     return found
 
