@@ -107,3 +107,22 @@ def test_mdl_with_smollm2(embedder, smollm2):
                                  "the city where Ana Vell was born?"}]
     h = r.retrieve(q)[0]
     assert len(h.indices) == 1 and np.isfinite(r.last_entropy["t0"])
+
+
+def test_grouped_retrieval_ranks_like_fit_and_retrieve(embedder, corpus, queries, smollm2):
+    """mode=retrieval ranks every group through ``retrieve_grouped`` (one encoding call for all pools); each dense
+    option must rank there exactly as fit(pool).retrieve(queries) does (DPP, vote-k and MDL with their own logic, vote-k
+    selecting again for each pool)."""
+    groups = [(corpus[:60], queries[:4]), (corpus[60:], queries[4:8])]
+    mdl = MDLRetriever(ice_num=1, candidate_num=3, select_time=2, labels=["yes", "no"], embedder=embedder, **FIELDS)
+    mdl.use_lm(smollm2.model, smollm2.tokenizer)
+    options = [DenseRetriever(ice_num=5, embedder=embedder, **FIELDS),
+               DPPRetriever(ice_num=4, candidate_num=12, scale_factor=10.0, embedder=embedder, **FIELDS),
+               VotekRetriever(ice_num=5, embedder=embedder, **FIELDS), mdl]
+    for r in options:
+        k = r.ice_num
+        want = [[h.indices for h in r.fit(pool).retrieve(qs, k)] for pool, qs in groups]
+        got = [[h.indices for h in hits] for hits in r.retrieve_grouped(groups, k)]
+        assert got == want, type(r).__name__
+    dense = [[h.indices for h in hits] for hits in options[0].retrieve_grouped(groups, 4)]
+    assert [[h.indices for h in hits] for hits in options[1].retrieve_grouped(groups, 4)] != dense  # DPP is not dense

@@ -54,6 +54,7 @@ class DenseRetriever(TextRetriever):
         self._index_embeddings(self.embedder.encode_corpus(self.pool_texts()))
 
     def _index_embeddings(self, emb: np.ndarray) -> None:
+        """Index the pool's embeddings (``fit`` and ``retrieve_grouped``); options extend it to reset per-pool state."""
         emb = np.ascontiguousarray(emb, dtype=np.float32)
         self.embeddings = emb
         self.faiss = build_index(emb, self.index_settings)
@@ -98,6 +99,8 @@ class DenseRetriever(TextRetriever):
         return self._ranked(queries, k, self.embed_queries(queries))
 
     def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
+        """The queries' hits given their embeddings: what every dense option overrides (DPP, MDL, vote-k), so
+        ``retrieve`` and the batched ``retrieve_grouped`` rank alike."""
         own = exclusions(self, queries, self.exclude_self)
         extra = int(any(o is not None for o in own))
         scores, idx = self.search(q_emb, k + extra)

@@ -84,10 +84,9 @@ class DPPRetriever(DenseRetriever):
         sim = (reps @ reps.T + 1) / 2
         return rel[:, None] * sim * rel[None, :], cos
 
-    def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
+    def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
         own = exclusions(self, queries, self.exclude_self)
         n_cand = min(max(self.candidate_num, k) + int(any(o is not None for o in own)), len(self.pool))
-        q_emb = self.embed_queries(queries)
         _, idx = self.search(q_emb, n_cand)
         out = []
         for r in range(len(queries)):

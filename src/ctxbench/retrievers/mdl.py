@@ -149,10 +149,10 @@ class MDLRetriever(DenseRetriever):
             sets.append([cands[int(i)] for i in rng.choice(len(cands), size=k, replace=False)])
         return sets
 
-    def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
+    def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
         own = exclusions(self, queries, self.exclude_self)
         width = min(max(self.candidate_num, k) + int(any(o is not None for o in own)), len(self.pool))
-        _, idx = self.search(self.embed_queries(queries), width)
+        _, idx = self.search(q_emb, width)
         model, tok = (None, None) if k == 0 else self._lm()
         chat = tok is not None and bool(getattr(tok, "chat_template", None))
         out = []

@@ -86,9 +86,9 @@ class VotekRetriever(DenseRetriever):
         if not 0 < self.overlap_threshold <= 1:
             raise ValueError(f"overlap_threshold={self.overlap_threshold!r}: must lie in (0, 1]")
 
-    def _fit(self, rows: list[Row]) -> None:
-        super()._fit(rows)
-        self._selection: list[int] = []
+    def _index_embeddings(self, emb: np.ndarray) -> None:
+        super()._index_embeddings(emb)
+        self._selection: list[int] = []  # a new pool: select again
 
     def selection(self, k: int) -> list[int]:
         """The first ``k`` rows of the vote-k selection (computed once for the largest ``k`` asked)."""
@@ -97,6 +97,9 @@ class VotekRetriever(DenseRetriever):
         return self._selection[:k]
 
     def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
+        return self._ranked(queries, k, None)  # the selection does not depend on the query: nothing to encode
+
+    def _ranked(self, queries: list[Row], k: int, q_emb) -> list[Retrieved]:
         own = exclusions(self, queries, self.exclude_self)
         out = []
         for r, q in enumerate(queries):
