@@ -79,7 +79,7 @@ def test_plots_and_heatmap(tmp_path):
     assert "&lt;is&gt;" in page and "underline" in page and " 42" in page
 
 
-def make_job(root, name, dataset, overrides, summary_methods, **config_over):
+def make_job(root, name, dataset, overrides, summary_methods, modes=tuple(SCORERS), **config_over):
     d = root / name
     (d / ".hydra").mkdir(parents=True)
     config = {"dataset": {"name": dataset, "length": 1024}, "model": {"name": "smollm2-135m"},
@@ -89,8 +89,8 @@ def make_job(root, name, dataset, overrides, summary_methods, **config_over):
     (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
     (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     (d / "summary.json").write_text(json.dumps({"methods": summarize(
-        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"], SCORERS, VIEWS),
-        "scorers": DESCRIPTIONS}))
+        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"],
+        {n: SCORERS[n] for n in modes}, VIEWS), "scorers": {n: DESCRIPTIONS[n] for n in modes}}))
     return d
 
 
@@ -121,7 +121,7 @@ def test_report_refuses_unswept_differences_and_duplicates(tmp_path):
     with pytest.raises(ValueError, match=r"not swept.*model.name"):
         table1(find_jobs([a, b]))
     c = make_job(tmp_path, "c", "niah_mq_q2", [], ["ifr"])
-    with pytest.raises(ValueError, match="two runs give ifr on niah_mq_q2"):
+    with pytest.raises(ValueError, match=r"two runs give ifr on niah_mq_q2 \(RISE\)"):
         table1(find_jobs([a, c]))
     # A swept model is fine (but then the cells collide unless datasets differ).
     d = make_job(tmp_path, "d", "niah_mq_q2", ["model=smollm2-135m"], ["ifr"])
@@ -129,6 +129,22 @@ def test_report_refuses_unswept_differences_and_duplicates(tmp_path):
     assert len(table1(find_jobs([d, e]))[0]) == 2
     with pytest.raises(FileNotFoundError, match="no finished run_exp job"):
         find_jobs([tmp_path / "a" / ".hydra"])
+
+
+def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
+    """Table 1 takes faithfulness with hops=1 and recovery with hops=3: two sweeps whose rows the report joins."""
+    f = make_job(tmp_path, "f", "niah_mq_q2", ["mode=faithfulness"], ["ifr_multi_hop_both"], modes=["faithfulness"])
+    r = make_job(tmp_path, "r", "niah_mq_q2", ["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"],
+                 ["ifr_multi_hop_both"], modes=["recovery"])
+    datasets, methods, metrics, cells = table1(find_jobs([f, r]))
+    cell = cells[("niah_mq_q2", "ifr_multi_hop_both")]
+    assert methods == ["ifr_multi_hop_both"] and cell["n"] == 3
+    assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
+    md = write_table1(find_jobs([f, r]), tmp_path / "out")[2]
+    assert "| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    g = make_job(tmp_path, "g", "niah_mq_q2", ["mode=recovery"], ["ifr_multi_hop_both"], modes=["recovery"])
+    with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\)"):
+        table1(find_jobs([r, g]))
 
 
 def test_coverage_summary_and_csv(tmp_path):

@@ -143,15 +143,21 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
                 metrics.setdefault(m["label"], m)
         for method, s in job.summary["methods"].items():
             key = (job.dataset, method)
-            if key in cells:
-                raise ValueError(f"two runs give {method} on {job.dataset}: {where[key]} and {job.path}")
-            cell: dict[str, Any] = {"n": s["examples"], "stats": {}}
+            # runs of one task and method with different modes fill one row (Table 1: faithfulness with hops=1,
+            # recovery with hops=3, two sweeps); the same metric from two runs is refused
+            cell = cells.setdefault(key, {"n": 0, "stats": {}})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
-                    cell[m["label"]] = s[name][view][m["key"]]["mean"] if name in s else None
+                    if cell.get(m["label"]) is not None and name in s:
+                        raise ValueError(f"two runs give {method} on {job.dataset} ({m['label']}): "
+                                         f"{where[key]} and {job.path}")
                     if name in s:
+                        cell[m["label"]] = s[name][view][m["key"]]["mean"]
                         cell["stats"][m["label"]] = s[name][view][m["key"]]
-            cells[key], where[key] = cell, job.path
+                    else:
+                        cell.setdefault(m["label"], None)
+            cell["n"] = max(cell["n"], s["examples"])
+            where[key] = job.path
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
             if method not in methods:
