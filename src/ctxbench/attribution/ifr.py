@@ -88,19 +88,36 @@ class LayerView:
         """Attention probabilities (H, R, n_src) of the given sink rows."""
         if self.lc.attn is not None:
             return self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
+        return torch.softmax(self._scores(rows), dim=-1)
+
+    def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None
+                           ) -> torch.Tensor:
+        """``sum_r w_r alpha_r`` (H, n_src) over the given sink rows with weights ``w`` (R,). Recomputed rows are
+        formed in ``buf`` (flat, at least H x R x n_src elements) and normalised in place: no allocation per chunk,
+        which at long inputs cost more than the arithmetic (fresh pages on every call)."""
+        if self.lc.attn is not None:
+            return torch.bmm(w.expand(self.ad.n_heads, 1, -1), self.attn_rows(rows))[:, 0]
+        e = self._scores(rows, buf)
+        e.sub_(e.amax(-1, keepdim=True)).exp_()  # softmax numerators; the row sums are divided into the weights
+        return torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
+
+    def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Masked attention logits (H, R, n_src) of the given sink rows, in ``buf`` when given."""
         ad, R, N = self.ad, rows.numel(), self.n_src
         keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
         q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (R, H, dh)
         # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
         q = q.permute(1, 0, 2).reshape(ad.n_kv_heads, ad.group * R, ad.head_dim)
-        scores = torch.bmm(q, keys.transpose(1, 2)).view(ad.n_heads, R, N)
-        j = torch.arange(N, device=rows.device)
-        blocked = j[None, :] > rows[:, None]
+        out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
+        scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, N)
         sw = ad.sliding_window(self.li)
+        c0 = 0 if sw else int(rows.min()) + 1  # causal masking only touches sources after the first row
+        j = torch.arange(c0, N, device=rows.device)
+        blocked = j[None, :] > rows[:, None]
         if sw:
             blocked |= j[None, :] <= rows[:, None] - sw
-        scores.masked_fill_(blocked[None], float("-inf"))
-        return torch.softmax(scores, dim=-1)
+        scores[:, :, c0:].masked_fill_(blocked[None], float("-inf"))
+        return scores
 
     def head_outputs(self, j0: int, j1: int) -> torch.Tensor:
         """f for sources j0..j1-1: (H, J, d)."""
@@ -188,14 +205,15 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     rows, w = rows[keep], w[keep] / w[keep].sum()
     w_dt = w.to(dt)
     n_src = int(rows.max()) + 1
-    H, d = cap.adapter.n_heads, cap.adapter.d_model
+    H = cap.adapter.n_heads
+    buf = torch.empty(H * min(cfg.sink_chunk, rows.numel()) * n_src, dtype=dt, device=dev)  # one sink chunk's rows
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
-        abar = torch.zeros(H, 1, n_src, dtype=f64, device=dev)
+        abar = torch.zeros(H, n_src, dtype=f64, device=dev)
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             sl = slice(r0, r0 + cfg.sink_chunk)
-            abar += torch.bmm(w_dt[sl].expand(H, 1, -1), lv.attn_rows(rows[sl]))
-        abar = abar[:, 0].to(dt)
+            abar += lv.weighted_attention(rows[sl], w_dt[sl], buf)
+        abar = abar.to(dt)
         x_s = w @ lv.x_mid(rows).to(f64)
         r_s = w @ lv.x_prev(rows).to(f64)
         resid = prox_l1(r_s, x_s)
