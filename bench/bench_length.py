@@ -325,7 +325,6 @@ def main() -> None:
             model_bytes = r.get("model", model_bytes)
             print(f"[{L:5d}] {u:22s} {r['wall']:8.2f} s wall {r['cpu']:8.2f} s cpu  +{r['added'] / 2 ** 20:7.0f} MiB",
                   flush=True)
-        unit, unit_sdpa = hist["forward_eager"][L], hist["forward_sdpa"][L]
         for m in methods:
             why = skip_reason(args, hist[m], L, rank)
             if why:
@@ -344,9 +343,10 @@ def main() -> None:
                 child(args, m, L, profile=True)
             paired = (f"paired {r['paired_ratio']['wall']:.2f}x wall {r['paired_ratio']['cpu']:.2f}x cpu of its sdpa "
                       f"fwd ({r['paired_sdpa']['wall']:.2f} s)  " if "paired_ratio" in r else "")
+            units = "".join(f"{r['wall'] / hist[u][L]['wall']:7.2f}x {u.split('_')[1]} fwd "
+                            f"(cpu {r['cpu'] / hist[u][L]['cpu']:.2f}x)  " for u in args.units)
             print(f"[{L:5d}] {m:22s} {r['wall']:8.2f} s wall {r['cpu']:8.2f} s cpu  +{r['added'] / 2 ** 20:7.0f} MiB  "
-                  f"{r['wall'] / unit['wall']:7.2f}x eager fwd {r['wall'] / unit_sdpa['wall']:7.2f}x sdpa fwd  "
-                  f"cpu {r['cpu'] / unit['cpu']:6.2f}x  {paired}{r['timings']}", flush=True)
+                  f"{units}{paired}{r['timings']}", flush=True)
 
     print("\nsummary, ratios to one forward pass: wall and cpu / eager forward, wall and cpu / sdpa forward; "
           "'-' not run")
