@@ -206,7 +206,8 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     w_dt = w.to(dt)
     n_src = int(rows.max()) + 1
     H = cap.adapter.n_heads
-    buf = torch.empty(H * min(cfg.sink_chunk, rows.numel()) * n_src, dtype=dt, device=dev)  # one sink chunk's rows
+    buf = None if cap.stored_attention else \
+        torch.empty(H * min(cfg.sink_chunk, rows.numel()) * n_src, dtype=dt, device=dev)  # one sink chunk's rows
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
         abar = torch.zeros(H, n_src, dtype=f64, device=dev)
