@@ -289,12 +289,13 @@ class Capture:
         return lc.kv
 
     def queries(self, li: int, rows: torch.Tensor) -> torch.Tensor:
-        """(R, n_heads, head_dim) queries of the given absolute rows (all >= row_start), position encoding applied:
-        the ones the attention kernel received when the capture recorded them, else projected again from ``h``."""
+        """(n_heads, R, head_dim) queries of the given absolute rows (all >= row_start), position encoding applied,
+        heads first like ``kv``: the ones the attention kernel received when the capture recorded them, else projected
+        again from ``h``."""
         lc = self.layers[li]
         if lc.q is not None:
-            return lc.q[:, rows - self.row_start].transpose(0, 1)
-        return self.adapter.queries(li, lc.h[rows], rows, self.pos_emb)
+            return lc.q[:, rows - self.row_start]
+        return self.adapter.queries(li, lc.h[rows], rows, self.pos_emb).transpose(0, 1)
 
     def value_norms(self, li: int) -> torch.Tensor:
         """L2 norms of the values (n_kv_heads, T), kept with them."""

@@ -105,9 +105,9 @@ class LayerView:
         """Masked attention logits (H, R, n_src) of the given sink rows, in ``buf`` when given."""
         ad, R, N = self.ad, rows.numel(), self.n_src
         keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
-        q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (R, H, dh)
+        q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
         # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
-        q = q.permute(1, 0, 2).reshape(ad.n_kv_heads, ad.group * R, ad.head_dim)
+        q = q.reshape(ad.n_kv_heads, ad.group * R, ad.head_dim)
         out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
         scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, N)
         sw = ad.sliding_window(self.li)
