@@ -313,7 +313,8 @@ def test_parameters_checked_when_built():
 
 def test_recorded_attention_inputs_equal_projections(fam):
     """The sdpa capture records the queries/keys/values the kernel got; they equal the adapter's projections from the
-    captured inputs (the eager path), and the attention registry is left as it was."""
+    captured inputs (the eager path), and the attention registry is left as it was. The recorded capture keeps no
+    attention inputs (they would cost T x d per layer)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -326,6 +327,7 @@ def test_recorded_attention_inputs_equal_projections(fam):
     rows = torch.arange(mi.gen_start, mi.input_ids.numel())
     for li, lc in enumerate(cap.layers):
         assert lc.q is not None and lc.kv is not None and ref.layers[li].kv is None and ref.layers[li].q is None
+        assert lc.h is None and ref.layers[li].h is not None
         for got, want in zip(cap.kv(li), ref.kv(li)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(cap.queries(li, rows), ref.queries(li, rows), atol=1e-5, rtol=1e-5)

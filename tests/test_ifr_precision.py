@@ -72,8 +72,9 @@ def test_float64_engine_on_tiny_models(fam):
     mi = make_input(T=24, gen_start=14)
     c32, c64 = capture(m32, mi.input_ids, 0), capture(m64, mi.input_ids, 0)
     assert c32.dtype == torch.float32 and c64.dtype == torch.float64
-    assert all(lc.h.dtype == lc.x_mid.dtype == lc.x_prev.dtype == torch.float64 for lc in c64.layers)
     rows = torch.arange(14, 24)
+    assert all(lc.x_mid.dtype == lc.x_prev.dtype == torch.float64 for lc in c64.layers)
+    assert all(t.dtype == torch.float64 for li in range(len(c64.layers)) for t in (*c64.kv(li), c64.queries(li, rows)))
     v64, v32 = span_ifr(c64, rows), span_ifr(c32, rows)
     assert v64.dtype == torch.float64 and v32.dtype == torch.float32
     torch.testing.assert_close(v32.double(), v64, rtol=2e-5, atol=1e-7)

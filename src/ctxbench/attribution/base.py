@@ -161,5 +161,7 @@ def is_stop_text(text: str) -> bool:
 
 
 def stop_mask(tokenizer, ids) -> np.ndarray:
-    ids = [int(i) for i in torch.as_tensor(ids).reshape(-1).tolist()]
-    return np.array([is_stop_text(tokenizer.decode([i])) for i in ids], dtype=bool)
+    # each distinct id decoded once: a long context repeats few tokens many times
+    uniq, inverse = np.unique(torch.as_tensor(ids).reshape(-1).cpu().numpy(), return_inverse=True)
+    flags = np.array([is_stop_text(tokenizer.decode([int(i)])) for i in uniq], dtype=bool)
+    return flags[inverse.reshape(-1)]

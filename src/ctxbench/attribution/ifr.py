@@ -81,7 +81,7 @@ class LayerView:
         self._f: Optional[torch.Tensor] = None
         self._O = self.ad.out_blocks(li)  # (H, dh, d)
         H, d = self.ad.n_heads, self.ad.d_model
-        self._cache_f = H * self.n_src * d * self.lc.h.element_size() <= cfg.f_cache_bytes
+        self._cache_f = H * self.n_src * d * self.lc.x_prev.element_size() <= cfg.f_cache_bytes
 
     # rows are absolute positions (LongTensor), all >= cap.row_start
     def attn_rows(self, rows: torch.Tensor) -> torch.Tensor:
@@ -192,7 +192,7 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     ``weights`` (same length) are normalised to sum 1; uniform when None. Rows of zero weight are skipped.
     """
     cfg = cfg or IFRConfig()
-    dev, dt, f64 = cap.layers[0].h.device, cap.dtype, torch.float64
+    dev, dt, f64 = cap.device, cap.dtype, torch.float64
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
     w = torch.ones(rows.numel(), dtype=f64, device=dev) if weights is None else \
         torch.as_tensor(weights, device=dev).reshape(-1).to(f64, copy=True)
@@ -233,7 +233,7 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
 def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.Tensor:
     """Per-token IFR (§4.1) for each sink in ``rows``: (R, T) summed over layers, chunked over sinks and sources."""
     cfg = cfg or IFRConfig()
-    dev, dt, f64 = cap.layers[0].h.device, cap.dtype, torch.float64
+    dev, dt, f64 = cap.device, cap.dtype, torch.float64
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
     out = torch.zeros(rows.numel(), cap.T, dtype=f64, device=dev)  # sum over layers
     if rows.numel() == 0:
@@ -272,7 +272,7 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
 def reconstruct_x_mid(cap: Capture, li: int, rows) -> torch.Tensor:
     """x_prev + sum_{j,h} alpha_ij^h f_j^h + b_O for the given rows: equals the hooked x_mid when the decomposition
     is exact (used by tests and as a sanity check for a new model family)."""
-    dev = cap.layers[0].h.device
+    dev = cap.device
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
     lv = LayerView(cap, li, IFRConfig(), int(rows.max()) + 1)
     alpha = lv.attn_rows(rows)  # (H, R, N)

@@ -117,7 +117,7 @@ class MultiHopIFRAttributor(IFRAttributorBase):
         with torch.no_grad():
             cap = self._capture(model, ctx, timings)
             t0 = time.perf_counter()
-            dev = cap.layers[0].h.device
+            dev = cap.device
             s_rows, t_rows = ctx.gen_rows(sink), ctx.gen_rows(think)
             m = observation_mask(ctx, s_rows, t_rows, cap.dtype, dev)
             hr = hop_chain(cap, self.cfg, s_rows, None, t_rows, m, self.hops)
@@ -163,7 +163,7 @@ class MultiHopBothAttributor(IFRAttributorBase):
         with torch.no_grad():
             cap = self._capture(model, ctx, timings)
             t0 = time.perf_counter()
-            dev = cap.layers[0].h.device
+            dev = cap.device
             dt = cap.dtype
             keep = torch.ones(ctx.T, dtype=dt, device=dev)
             keep[ctx.prompt_positions] = torch.as_tensor(~p_stop, dtype=dt, device=dev)
