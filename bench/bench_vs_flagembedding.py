@@ -131,6 +131,20 @@ def compare_runs(a: dict, b: dict, k: int = 10) -> tuple[float, float, float]:
     return same_top / len(a), diff, same_set / len(a)
 
 
+def token_positions(data: Path, model: Path, batch: int, trial: bool) -> int:
+    """Token positions an encoder pass over the corpus computes: length-sorted batches, each padded to its longest
+    document (both tools sort by token count), plus FlagEmbedding's trial pass over the first (longest) batch."""
+    from transformers import AutoTokenizer
+
+    with open(data / "corpus.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    texts = [(r.get("title", "") + " " + r["text"]).strip() for r in rows]
+    ids = AutoTokenizer.from_pretrained(model)(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
+    lengths = sorted((len(x) for x in ids), reverse=True)
+    total = sum(lengths[i] * len(lengths[i:i + batch]) for i in range(0, len(lengths), batch))
+    return total + (lengths[0] * min(batch, len(lengths)) if trial else 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fe-python", default="/tmp/fe-venv/bin/python", help="the scratch venv with FlagEmbedding")
@@ -155,6 +169,10 @@ def main() -> None:
     print(f"demo set {data}: {args.n_docs} documents, {args.n_queries} queries; batch {args.batch_size} "
           f"(FlagEmbedding {fe_batch}), "
           f"{args.threads} threads, {args.repeats} repeat(s)", flush=True)
+    fe_pos = token_positions(data, model, fe_batch, trial=True)
+    ours_pos = token_positions(data, model, args.batch_size, trial=False)
+    print(f"token positions encoded: FlagEmbedding {fe_pos:,} (with its trial pass), ctxbench {ours_pos:,} "
+          f"({fe_pos / ours_pos:.2f}x)", flush=True)
     fe_runs, ours_runs = [], []
     for r in range(args.repeats):
         order = ["fe", "ours"] if (r % 2 == 0) == (args.first == "fe") else ["ours", "fe"]

@@ -67,7 +67,8 @@ class FamilyAdapter:
         self._layers = list(layers)
         self.n_layers = len(self._layers)
         self.dtype = dtype  # weights are read in this dtype (the capture's)
-        self._out: dict = {}
+        self._out_blocks: dict = {}  # layer -> (n_heads, head_dim, d_model)
+        self._out_rows: dict = {}  # layer -> (transposed blocks, their column norms)
 
     # --- structure -------------------------------------------------------------------------------------------------
     def layers(self) -> list:
@@ -105,17 +106,16 @@ class FamilyAdapter:
     def out_rows(self, li: int) -> tuple:
         """(W_O^h transposed (n_heads, d_model, head_dim), contiguous; the norms of W_O^h's columns (n_heads, d_model))
         for the overshoot bound of span IFR, made once per capture."""
-        key = ("rows", li)
-        if key not in self._out:
+        if li not in self._out_rows:
             rows = self.out_blocks(li).transpose(1, 2).contiguous()
-            self._out[key] = (rows, torch.linalg.vector_norm(rows, dim=-1))
-        return self._out[key]
+            self._out_rows[li] = (rows, torch.linalg.vector_norm(rows, dim=-1))
+        return self._out_rows[li]
 
     def _cached_out_blocks(self, li: int, make) -> torch.Tensor:
         # a contiguous copy per layer (the size of W_O), made once per capture rather than once per hop and layer
-        if li not in self._out:
-            self._out[li] = make().contiguous()
-        return self._out[li]
+        if li not in self._out_blocks:
+            self._out_blocks[li] = make().contiguous()
+        return self._out_blocks[li]
 
     def out_bias(self, li: int) -> Optional[torch.Tensor]:
         raise NotImplementedError

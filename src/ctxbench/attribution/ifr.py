@@ -92,18 +92,23 @@ class LayerView:
 
     def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None
                            ) -> torch.Tensor:
-        """``sum_r w_r alpha_r`` (H, n_src) over the given sink rows with weights ``w`` (R,). Recomputed rows are
-        formed in ``buf`` (flat, at least H x R x n_src elements) and normalised in place: no allocation per chunk,
-        which at long inputs cost more than the arithmetic (fresh pages on every call)."""
+        """``sum_r w_r alpha_r`` over the given sink rows with weights ``w`` (R,): (H, max(rows) + 1), the sources
+        the rows can see (later ones have alpha = 0, so they are not formed: 1/8 of the products when the rows are
+        the last quarter). Recomputed rows are formed in ``buf`` (flat, at least H x R x n_src elements) and
+        normalised in place: no allocation per chunk, which at long inputs cost more than the arithmetic (fresh
+        pages on every call)."""
+        n = int(rows.max()) + 1
         if self.lc.attn is not None:
-            return torch.bmm(w.expand(self.ad.n_heads, 1, -1), self.attn_rows(rows))[:, 0]
-        e = self._scores(rows, buf)
+            return torch.bmm(w.expand(self.ad.n_heads, 1, -1), self.attn_rows(rows)[..., :n])[:, 0]
+        e = self._scores(rows, buf, n)
         e.sub_(e.amax(-1, keepdim=True)).exp_()  # softmax numerators; the row sums are divided into the weights
         return torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
 
-    def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Masked attention logits (H, R, n_src) of the given sink rows, in ``buf`` when given."""
-        ad, R, N = self.ad, rows.numel(), self.n_src
+    def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None, n: Optional[int] = None
+                ) -> torch.Tensor:
+        """Masked attention logits (H, R, n) of the given sink rows over sources 0..n-1 (default n_src), in
+        ``buf`` when given."""
+        ad, R, N = self.ad, rows.numel(), self.n_src if n is None else n
         keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
         q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
         # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
@@ -213,7 +218,8 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
         abar = torch.zeros(H, n_src, dtype=f64, device=dev)
         for r0 in range(0, rows.numel(), cfg.sink_chunk):
             sl = slice(r0, r0 + cfg.sink_chunk)
-            abar += lv.weighted_attention(rows[sl], w_dt[sl], buf)
+            part = lv.weighted_attention(rows[sl], w_dt[sl], buf)
+            abar[:, :part.shape[1]] += part
         abar = abar.to(dt)
         x_s = w @ lv.x_mid(rows).to(f64)
         r_s = w @ lv.x_prev(rows).to(f64)
