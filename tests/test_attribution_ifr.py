@@ -173,6 +173,10 @@ def test_span_ifr_identities(fam):
         den = prox.sum() + (xs.abs().sum() - (rs - xs).abs().sum()).clamp_min(0)
         ref += prox.sum(0) / den
     torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-4)
+    # sink chunks of 2 rows (each formed over the sources its own rows see), rows in either order: the same vector
+    for order, wo in ((rows, w), (rows[::-1], w.flip(0))):
+        torch.testing.assert_close(span_ifr(cap, order, wo, IFRConfig(sink_chunk=2)).double(), ref,
+                                   atol=1e-5, rtol=1e-4)
     # the weights are normalised: scaling them changes nothing
     torch.testing.assert_close(span_ifr(cap, rows, 3 * w), got)
 
