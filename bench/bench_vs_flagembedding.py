@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ctxbench.assets import package_dir  # noqa: E402
 from ctxbench.datasets.wiki_demo import write_wiki_demo  # noqa: E402
+from ctxbench.retrieval.data import document_text  # noqa: E402
 
 K_VALUES = [1, 3, 5, 10, 100, 1000]
 FAMILIES = ["ndcg", "map", "recall", "precision", "mrr", "recall_cap"]
@@ -138,7 +139,7 @@ def token_positions(data: Path, model: Path, batch: int, trial: bool) -> int:
 
     with open(data / "corpus.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    texts = [(r.get("title", "") + " " + r["text"]).strip() for r in rows]
+    texts = [document_text(r) for r in rows]
     ids = AutoTokenizer.from_pretrained(model)(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
     lengths = sorted((len(x) for x in ids), reverse=True)
     total = sum(lengths[i] * len(lengths[i:i + batch]) for i in range(0, len(lengths), batch))
