@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Optional
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
+from ctxbench.models.attention import attention_kernel
+from ctxbench.models.logits import predicting_logits
 from ctxbench.tokens import eos_id
 
 
@@ -42,13 +44,15 @@ def _check_ig(method: str, steps: int, batch: int) -> None:
 @dataclass
 class AttentionAttributor(_Baseline):
     """Head-mean attention of layer ``layer`` (the last: -1), recomputed from one captured pass.
-    ``times_ig``: multiply by integrated gradients (``ig_steps`` points, ``ig_batch`` per forward pass)."""
+    ``times_ig``: multiply by integrated gradients (``ig_steps`` points, ``ig_batch`` per forward pass, attention
+    kernel ``attn_implementation`` for them)."""
 
     method: ClassVar[str] = "attention"
     layer: int = -1
     times_ig: bool = False
     ig_steps: int = 20
     ig_batch: int = 4
+    attn_implementation: Optional[str] = "sdpa"
 
     def __post_init__(self):
         _check_ig(self.method, self.ig_steps, self.ig_batch)
@@ -63,21 +67,23 @@ class AttentionAttributor(_Baseline):
             lv = LayerView(cap, li, IFRConfig())
             full = torch.cat([lv.attn_rows(rows[i:i + 64]).mean(0) for i in range(0, rows.numel(), 64)])
         if self.times_ig:
-            full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch)
+            full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch,
+                                                self.attn_implementation)
         return self._finish(ctx, full, timings, t0)
 
 
-def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor) -> torch.Tensor:
+def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str]) -> torch.Tensor:
     """For a batch of input embeddings (B, T, d): sum over the batch of grad_e log p(y_t) . ref, per generated token t.
 
     Returns (G, T). One forward per batch, then one backward per generated token (graph retained), because each
-    token is a separate output to explain.
+    token is a separate output to explain. The pass runs on ``attn_impl`` (a fused kernel keeps no T x T matrix per
+    layer for the backward passes; the gradients are the same up to rounding).
     """
-    rows = _predicting_rows(ctx)
     targets = ctx.input_ids[ctx.gen_start:]
     embeds = embeds.detach().requires_grad_(True)
-    logits = model(inputs_embeds=embeds, use_cache=False).logits[:, rows]  # (B, G, V)
-    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.view(1, -1, 1).expand(embeds.shape[0], -1, 1))
+    with attention_kernel(model, attn_impl):
+        logits = predicting_logits(model, ctx.gen_start, inputs_embeds=embeds)  # (B, G, V)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.view(1, -1, 1).expand(embeds.shape[0], -1, 1))
     logp = logp.squeeze(-1).sum(0)  # (G,): batch elements are independent, so their gradients just add up
     out = torch.zeros(ctx.G, ctx.T, device=embeds.device)
     for t in range(ctx.G):
@@ -86,7 +92,7 @@ def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor) -> torch.
     return out
 
 
-def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torch.Tensor:
+def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_impl: Optional[str]) -> torch.Tensor:
     """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1]."""
     emb = model.get_input_embeddings()
     with torch.no_grad():
@@ -103,7 +109,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int) -> torc
         # the step weight is folded into the reference vector so one backward serves the whole batch
         pts = (x0 + a * (x - x0)).to(dtype)
         ref = (x - x0) * wts[b0:b0 + batch].view(-1, 1, 1)
-        total += _grad_x_input(model, pts, ctx, ref)
+        total += _grad_x_input(model, pts, ctx, ref, attn_impl)
     return total
 
 
@@ -126,6 +132,10 @@ def explaining(model) -> Iterator[None]:
 
 @dataclass
 class _GradBaseline(_Baseline):
+    """``attn_implementation``: the attention kernel of the gradient passes ("sdpa"; None keeps the loaded one)."""
+
+    attn_implementation: Optional[str] = "sdpa"
+
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
         with explaining(model):
@@ -139,7 +149,7 @@ class InputXGradientAttributor(_GradBaseline):
 
     def _scores(self, model, tokenizer, ctx):
         x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
-        return _grad_x_input(model, x, ctx, x.detach().float())
+        return _grad_x_input(model, x, ctx, x.detach().float(), self.attn_implementation)
 
 
 @dataclass
@@ -154,7 +164,7 @@ class IntegratedGradientsAttributor(_GradBaseline):
         _check_ig(self.method, self.ig_steps, self.ig_batch)
 
     def _scores(self, model, tokenizer, ctx):
-        return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch)
+        return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation)
 
 
 @dataclass

@@ -18,8 +18,8 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor
 from ctxbench.datasets.sentences import split_sentences
-from ctxbench.metrics.faithfulness import _accepts_logits_to_keep
 from ctxbench.models.attention import attention_kernel
+from ctxbench.models.logits import predicting_logits
 from ctxbench.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
@@ -82,14 +82,6 @@ class SentenceUnits:
 
 # --- batched ablation passes ------------------------------------------------------------------------------------
 
-def _next_token_logits(model, seqs: torch.Tensor, gen_start: int, keep: bool) -> torch.Tensor:
-    """float32 logits (B, G, V) at the positions that predict the generated tokens (the last token is not fed)."""
-    g = seqs.shape[1] - gen_start
-    inputs = seqs[:, :-1]
-    logits = model(input_ids=inputs, logits_to_keep=g).logits if keep else model(input_ids=inputs).logits
-    return logits[:, -g:, :].float()  # float32: fp16/bf16 would underflow small probabilities
-
-
 @torch.inference_mode()
 def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablations: Sequence[torch.Tensor],
                          pad_id: int, batch_size: int, objective: str = "logprob",
@@ -102,17 +94,16 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
     """
     ids = input_ids.reshape(-1)
     targets = ids[gen_start:]
-    keep = _accepts_logits_to_keep(model)
     out = np.empty((len(ablations), targets.numel()), dtype=np.float64)
     with attention_kernel(model, attn_implementation):
-        ref_logp = torch.log_softmax(_next_token_logits(model, ids[None], gen_start, keep)[0], dim=-1)  # (G, V)
+        ref_logp = torch.log_softmax(predicting_logits(model, gen_start, input_ids=ids[None])[0], dim=-1)  # (G, V)
         reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
         for lo in range(0, len(ablations), batch_size):
             chunk = ablations[lo:lo + batch_size]
             seqs = ids.repeat(len(chunk), 1)
             for row, pos in enumerate(chunk):
                 seqs[row, pos] = pad_id
-            logp = torch.log_softmax(_next_token_logits(model, seqs, gen_start, keep), dim=-1)  # (B, G, V)
+            logp = torch.log_softmax(predicting_logits(model, gen_start, input_ids=seqs), dim=-1)  # (B, G, V)
             if objective == "kl":
                 val = (ref_logp.exp() * (ref_logp - logp)).sum(-1)
             else:

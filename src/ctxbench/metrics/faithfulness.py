@@ -10,7 +10,6 @@ deleted) and the last one (every rankable token deleted) are common to all views
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
@@ -20,6 +19,7 @@ import torch
 
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
+from ctxbench.models.logits import predicting_logits
 from ctxbench.batching import run_in_batches
 from ctxbench.tokens import eos_id
 
@@ -170,13 +170,6 @@ def _model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _accepts_logits_to_keep(model) -> bool:
-    try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _check_input(model_input: _ModelInputLike) -> tuple[torch.Tensor, int, int]:
     ids = torch.as_tensor(model_input.input_ids).reshape(-1)
     gen_start = int(model_input.gen_start)
@@ -193,19 +186,13 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
     sequences; at most ``batch_size`` sequences per forward pass (fewer after an out-of-memory error). Returns float64
     (N,). ``stats``, when given, receives ``forward_passes`` (completed) and ``oom_retries`` (passes abandoned on
     out-of-memory)."""
-    n, t = sequences.shape
-    g = t - gen_start
+    n = sequences.shape[0]
     device = _model_device(model)
-    keep = _accepts_logits_to_keep(model)
     out = np.empty(n, dtype=np.float64)
 
     def score(lo: int, hi: int) -> None:
         batch = sequences[lo:hi].to(device)
-        # The last token predicts nothing we score, so it is not fed; logits are only needed at the G positions that
-        # predict generated tokens, and logits_to_keep skips the vocabulary projection over the prompt.
-        inputs = batch[:, :-1]
-        logits = model(input_ids=inputs, logits_to_keep=g).logits if keep else model(input_ids=inputs).logits
-        logits = logits[:, -g:, :].float()  # float32 log-softmax: fp16/bf16 logits would underflow small probabilities
+        logits = predicting_logits(model, gen_start, input_ids=batch)
         targets = batch[:, gen_start:]
         lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         out[lo:hi] = lp.double().sum(-1).cpu().numpy()
