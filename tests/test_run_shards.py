@@ -82,7 +82,8 @@ def run_cfg(tmp_path, *overrides):
             f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
             f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.num_samples=3", "length=512",
             "max_examples=3", "progress=false", "attribution=[random,attention]", "mode=[faithfulness,recovery]",
-            "views=[seq]", "heatmaps=2", "save_traces=true", *overrides])
+            "views=[seq]", "heatmaps=2", "save_traces=true",
+            "mode.faithfulness.steps=4", *overrides])  # what is merged matters here, not the curve's resolution
 
 
 @pytest.mark.slow

@@ -224,7 +224,7 @@ def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         run_cfg = compose(config_name="run", overrides=common + [
             f"paths.samples_dir={tmp_path / 'samples'}", "views=[seq]", "attribution=[ifr_multi_hop,random]",
-            "mode=[faithfulness,recovery]", "heatmaps=0", "max_examples=4"])
+            "mode=[faithfulness,recovery]", "mode.faithfulness.steps=4", "heatmaps=0", "max_examples=4"])
     summary = run_stage(run_cfg, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["dataset"]["kind"] == "cache"
