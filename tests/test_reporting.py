@@ -142,6 +142,15 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
     md = write_table1(find_jobs([f, r]), tmp_path / "out")[2]
     assert "| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    # a recovery run that scored fewer examples: the task's N says both counts, not the larger alone
+    short = make_job(tmp_path, "short", "niah_mq_q2", ["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"],
+                     ["ifr_multi_hop_both"], modes=["recovery"])
+    summary = json.loads((short / "summary.json").read_text())
+    summary["methods"]["ifr_multi_hop_both"]["examples"] = 2
+    (short / "summary.json").write_text(json.dumps(summary))
+    out = write_table1(find_jobs([f, short]), tmp_path / "out_short")
+    assert "| niah_mq_q2 (2/3) | ifr_multi_hop_both |" in out[2]
+    assert json.loads((tmp_path / "out_short" / "table1.json").read_text())["cells"][0]["n_per_run"] == [2, 3]
     g = make_job(tmp_path, "g", "niah_mq_q2", ["mode=recovery"], ["ifr_multi_hop_both"], modes=["recovery"])
     with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\)"):
         table1(find_jobs([r, g]))

@@ -129,7 +129,8 @@ def by_dataset(jobs: list[JobRun]) -> dict[str, tuple[list[dict], dict[str, Scor
 def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings] = None
            ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
     """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
-    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples, "stats": {label:
+    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples (the most of its runs), "runs_n": {examples of each run},
+    "stats": {label:
     {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with ``stats`` when given
     and the job has the file, else taken from summary.json."""
     check_consistent(jobs)
@@ -145,7 +146,7 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
             key = (job.dataset, method)
             # runs of one task and method with different modes fill one row (Table 1: faithfulness with hops=1,
             # recovery with hops=3, two sweeps); the same metric from two runs is refused
-            cell = cells.setdefault(key, {"n": 0, "stats": {}})
+            cell = cells.setdefault(key, {"n": 0, "runs_n": set(), "stats": {}})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
                     if cell.get(m["label"]) is not None and name in s:
@@ -157,6 +158,7 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
                     else:
                         cell.setdefault(m["label"], None)
             cell["n"] = max(cell["n"], s["examples"])
+            cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
             where[key] = job.path
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
@@ -191,7 +193,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     comps = comparisons(jobs, view, stats)
 
     def n_of(d):
-        ns = {cells[(d, me)]["n"] for me in methods if (d, me) in cells}
+        ns = {n for me in methods if (d, me) in cells for n in cells[(d, me)]["runs_n"]}
         return "/".join(str(n) for n in sorted(ns))
 
     md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
@@ -210,7 +212,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                                        for me in methods for m in labels])
     (out / "table1.json").write_text(json.dumps({
         "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
-        "cells": [{"dataset": d, "method": me, "n": cells[(d, me)]["n"], "figures": cells[(d, me)]["stats"]}
+        "cells": [{"dataset": d, "method": me, "n": cells[(d, me)]["n"],
+                   "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
         "comparisons": comps}, indent=2) + "\n", encoding="utf-8")
     return md_path, csv_path, md
