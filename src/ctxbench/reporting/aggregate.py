@@ -174,6 +174,13 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
     return datasets, methods, list(metrics.values()), cells
 
 
+def task_n(cells: dict[tuple[str, str], dict], dataset: str, methods: list[str]) -> str:
+    """The examples behind a task's rows: one count, or each distinct count ("18/20") when methods or joined runs
+    scored different numbers."""
+    ns = {n for me in methods if (dataset, me) in cells for n in cells[(dataset, me)]["runs_n"]}
+    return "/".join(str(n) for n in sorted(ns))
+
+
 def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dict[str, Any]]:
     """Paired comparisons between the methods of each dataset (rows of ``tables.compare`` with ``dataset``), from
     the jobs' results.jsonl."""
@@ -193,8 +200,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     comps = comparisons(jobs, view, stats)
 
     def n_of(d):
-        ns = {n for me in methods if (d, me) in cells for n in cells[(d, me)]["runs_n"]}
-        return "/".join(str(n) for n in sorted(ns))
+        return task_n(cells, d, methods)
 
     md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "",

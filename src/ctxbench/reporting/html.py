@@ -22,6 +22,7 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import VIEW_LABELS
+from ctxbench.reporting.aggregate import task_n
 from ctxbench.reporting.tables import direction, metric_header
 
 DATA_DIR = "heatmap_data"
@@ -278,8 +279,7 @@ def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], ce
     rows = []
     for d in datasets:
         cs = [cells.get((d, me), {}) for me in methods]
-        n = "/".join(str(x) for x in sorted({c["n"] for c in cs if c}))
-        rows.append(f"<tr><th>{_text(d)} ({n})</th>" + "".join(
+        rows.append(f"<tr><th>{_text(d)} ({task_n(cells, d, methods)})</th>" + "".join(
             f"<td>{_stat(c.get('stats', {}).get(m['label']) or {'mean': c.get(m['label'])})}</td>"
             for c in cs for m in metrics) + "</tr>")
     return (f"<h2>Table 1 layout ({_text(direction(metrics))})</h2><table><thead><tr><th>dataset (N)</th>{head}</tr>"
