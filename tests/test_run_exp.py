@@ -89,6 +89,31 @@ def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
 
 
 @pytest.mark.slow
+def test_a_run_stopped_in_an_example_resumes_at_its_next_method(tmp_path):
+    """Each method's record is written as soon as it is scored: a run that dies in an example's second method keeps
+    the first method's record (and its heat-map data), and the rerun computes the second method alone."""
+    conf = tmp_path / "conf" / "attribution"
+    conf.mkdir(parents=True)
+    flag = tmp_path / "stopped_once"
+    (conf / "stop_once.yaml").write_text(f"stop_once:\n  _target_: plugin_attributor.StopOnceAttributor\n"
+                                         f"  flag: {flag}\n")
+    cfg = run_cfg(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "attribution=[random,stop_once]",
+                  "mode=[recovery]", "views=[seq]", "dataset.num_samples=1", "max_examples=1", "heatmaps=1")
+    out = tmp_path / "job"
+    with pytest.raises(RuntimeError, match="stopped in the middle"):
+        run_stage(cfg, out)
+    first = (out / RESULTS).read_text().splitlines()
+    assert [json.loads(line)["method"] for line in first] == ["random"]
+    (data_file,) = (out / "heatmap_data").glob("*.json")
+    assert set(json.loads(data_file.read_text())["methods"]) == {"random"}
+    summary = run_stage(cfg, out)
+    lines = (out / RESULTS).read_text().splitlines()
+    assert lines[0] == first[0] and [json.loads(line)["method"] for line in lines] == ["random", "stop_once"]
+    assert set(json.loads(data_file.read_text())["methods"]) == {"random", "stop_once"}
+    assert summary["stop_once"]["examples"] == summary["random"]["examples"] == 1
+
+
+@pytest.mark.slow
 def test_a_mode_from_outside_the_library(tmp_path):
     """A new mode is one module (tests/plugin_scorer.py) and one YAML (here in a search-path folder): the stage,
     the summaries and the report pick it up by its _target_ alone."""

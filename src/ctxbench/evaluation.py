@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -98,9 +98,9 @@ def view_weights(result: AttributionResult, sink_span, names) -> dict[str, np.nd
 
 def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: dict[str, Attributor],
                      scorers: dict[str, Scorer], views: tuple[str, ...]
-                     ) -> dict[str, tuple[AttributionResult, dict[str, Any]]]:
-    """Attribute with each method and score it with every scorer: ``{method: (result, record)}``."""
-    out = {}
+                     ) -> Iterator[tuple[str, AttributionResult, dict[str, Any]]]:
+    """Attribute with each method and score it with every scorer, yielding ``(method, result, record)`` as each
+    method finishes (so that a caller can write it before the next, possibly long, method starts)."""
     mi = prepared.model_input
     for name, attributor in attributors.items():
         result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span)
@@ -116,5 +116,4 @@ def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: d
             record.update(scorer.score(model, tokenizer, prepared, result, weights))
             timings[mode] = time.perf_counter() - t0
         record["scoring_timings"] = timings
-        out[name] = (result, record)
-    return out
+        yield name, result, record

@@ -137,16 +137,16 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 log.warning("skipped: %s", exc)
                 continue
             pending = {m: a for m, a in methods.items() if f"{m}|{ex.example_id}" not in results}
-            evaluated = evaluate_example(model, tok, prepared, pending, scorers, views)
-            for method, (result, record) in evaluated.items():
+            # each method's record is written as soon as it is scored: a run stopped mid-example (a Table-1
+            # example takes most of an hour on a CPU) resumes at the next method, not at the example's first
+            for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views):
                 record["config"] = fingerprints[method]
+                if ex.example_id in with_heatmap:  # before the record, which marks the method done
+                    _write_heatmap(output_dir, tok, prepared, result, method)
+                    _write_heatmap_data(output_dir, tok, prepared, method, result, views)
                 results.append(record)
                 if cfg.save_traces:
                     save_trace(output_dir / "traces" / method, ex.example_id, result)
-                if ex.example_id in with_heatmap:
-                    _write_heatmap(output_dir, tok, prepared, result, method)
-            if ex.example_id in with_heatmap:
-                _write_heatmap_data(output_dir, tok, prepared, evaluated, views)
     if refused and len(refused) == len(todo):
         raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
     if shard.count > 1:  # the merge (run_exp merge=[...] or the report) writes the summary of the whole run
@@ -169,13 +169,13 @@ def _decoded(tok, prepared) -> tuple[list[str], list[str]]:
             [tok.decode([int(t)]) for t in mi.gen_ids])
 
 
-def _write_heatmap_data(output_dir: Path, tok, prepared, evaluated: dict, views) -> None:
-    """What report.html draws of this example: tokens, gold evidence, and every method's views and hops."""
+def _write_heatmap_data(output_dir: Path, tok, prepared, method: str, result, views) -> None:
+    """What report.html draws of this example: tokens, gold evidence, and each method's views and hops (added to the
+    example's file method by method)."""
     tokens, generated = _decoded(tok, prepared)
-    methods = {m: method_heatmap(result, view_weights(result, prepared.sink_span, views))
-               for m, (result, _) in evaluated.items()}
     write_example_data(output_dir, prepared.example.example_id, tokens=tokens, generated=generated,
-                       gold=prepared.evidence_tokens, sink_span=prepared.sink_span, methods=methods)
+                       gold=prepared.evidence_tokens, sink_span=prepared.sink_span,
+                       methods={method: method_heatmap(result, view_weights(result, prepared.sink_span, views))})
 
 
 def _write_heatmap(output_dir: Path, tok, prepared, result, method: str) -> None:
