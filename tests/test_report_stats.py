@@ -158,7 +158,7 @@ def test_table1_experiment_lists_and_builds_every_method():
         "random", "context_cite", "ifr_span", "input_x_gradient"}
     methods = build_all(cfg.attribution, "attribution", Attributor)
     assert all(isinstance(m, Attributor) for m in methods.values())
-    assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024
+    assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024 and list(cfg.views) == ["seq"]
     stats = OmegaConf.to_object(cfg.stats)
     assert (stats.baseline, stats.seed, stats.n_resamples) == ("ifr_multi_hop_both", 5, 1000)
 
