@@ -8,9 +8,9 @@ import inspect
 import torch
 
 
-def accepts_logits_to_keep(model) -> bool:
+def _accepts(model, name: str) -> bool:
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -26,6 +26,8 @@ def predicting_logits(model, gen_start: int, *, input_ids: torch.Tensor = None,
     x = input_ids if input_ids is not None else inputs_embeds
     g = x.shape[1] - gen_start
     kw = {"input_ids": x[:, :-1]} if input_ids is not None else {"inputs_embeds": x[:, :-1]}
-    if accepts_logits_to_keep(model):
+    if _accepts(model, "logits_to_keep"):
         kw["logits_to_keep"] = g
-    return model(**kw, use_cache=False).logits[:, -g:, :].float()  # float32: fp16/bf16 underflow small probabilities
+    if _accepts(model, "use_cache"):  # no key/value cache to build for a single pass
+        kw["use_cache"] = False
+    return model(**kw).logits[:, -g:, :].float()  # float32: fp16/bf16 underflow small probabilities
