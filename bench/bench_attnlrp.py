@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from smollm2_setup import add_length_args, load_smollm2_and_input
 
 
 def make_input(tok, n_prompt: int, n_gen: int):
@@ -44,22 +43,14 @@ def best_of(repeats: int, fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prompt-tokens", type=int, default=500)
-    ap.add_argument("--gen-tokens", type=int, default=40)
+    add_length_args(ap, prompt_tokens=500, gen_tokens=40)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    model, tok, mi = load_smollm2_and_input(args, make_input)
 
     from ctxbench.attribution import InputXGradientAttributor
     from ctxbench.attribution.attnlrp import AttnLRPAttributor, FTAttnLRPAttributor, LRPPass
     from ctxbench.attribution.base import InputContext
-    from ctxbench.models import ModelConfig, load_causal_lm
-
-    lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
-    model, tok = lm.model, lm.tokenizer
-    mi = make_input(tok, args.prompt_tokens, args.gen_tokens)
     print(f"SmolLM2-135M, CPU, {torch.get_num_threads()} threads, {args.prompt_tokens} prompt + {args.gen_tokens} "
           f"generated tokens, minimum of {args.repeats}")
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from smollm2_setup import add_length_args, load_smollm2_and_input
 
 
 def make_input(tok, n_prompt: int, n_gen: int):
@@ -44,23 +42,15 @@ def best_of(fn, repeats: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt-tokens", type=int, default=1000)
-    ap.add_argument("--gen-tokens", type=int, default=100)
+    add_length_args(ap, prompt_tokens=1000, gen_tokens=100)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     ap.add_argument("--attn", default="sdpa", help="attention kernel of the deletion passes ('none': the model's)")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    model, tok, mi = load_smollm2_and_input(args, make_input)
 
     from ctxbench.metrics.faithfulness import faithfulness_for_views
     from ctxbench.models.attention import attention_kernel
-    from ctxbench.models import ModelConfig, load_causal_lm
-
-    lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
-    model, tok = lm.model, lm.tokenizer
-    mi = make_input(tok, args.prompt_tokens, args.gen_tokens)
     rng = np.random.default_rng(0)
     w1, w2, w3 = (rng.random(mi.P) for _ in range(3))
     cases = {"a: seq==row, rec": {"seq": w1, "row": 2 * w1, "rec": w2},

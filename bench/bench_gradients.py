@@ -12,34 +12,22 @@ kernels alternate within each round so that drift of a shared machine falls on b
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench_attnlrp import make_input
+from smollm2_setup import add_length_args, load_smollm2_and_input
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prompt-tokens", type=int, default=1024)
-    ap.add_argument("--gen-tokens", type=int, default=40)
+    add_length_args(ap, prompt_tokens=1024, gen_tokens=40)
     ap.add_argument("--ig-batch", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    model, tok, mi = load_smollm2_and_input(args, make_input)
 
-    from bench_attnlrp import make_input
     from ctxbench.attribution import InputXGradientAttributor, IntegratedGradientsAttributor
-    from ctxbench.models import ModelConfig, load_causal_lm
-
-    lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
-    model, tok = lm.model, lm.tokenizer
-    mi = make_input(tok, args.prompt_tokens, args.gen_tokens)
     G = args.gen_tokens
     print(f"SmolLM2-135M, CPU, {torch.get_num_threads()} threads, {args.prompt_tokens} prompt + {G} generated tokens, "
           f"model loaded with {model.config._attn_implementation} attention; {args.rounds} rounds")
