@@ -139,11 +139,12 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             pending = {m: a for m, a in methods.items() if f"{m}|{ex.example_id}" not in results}
             # each method's record is written as soon as it is scored: a run stopped mid-example (a Table-1
             # example takes most of an hour on a CPU) resumes at the next method, not at the example's first
+            decoded = _decoded(tok, prepared) if ex.example_id in with_heatmap else None
             for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views):
                 record["config"] = fingerprints[method]
-                if ex.example_id in with_heatmap:  # before the record, which marks the method done
-                    _write_heatmap(output_dir, tok, prepared, result, method)
-                    _write_heatmap_data(output_dir, tok, prepared, method, result, views)
+                if decoded is not None:  # before the record, which marks the method done
+                    _write_heatmap(output_dir, decoded, prepared, result, method)
+                    _write_heatmap_data(output_dir, decoded, prepared, method, result, views)
                 results.append(record)
                 if cfg.save_traces:
                     save_trace(output_dir / "traces" / method, ex.example_id, result)
@@ -169,18 +170,18 @@ def _decoded(tok, prepared) -> tuple[list[str], list[str]]:
             [tok.decode([int(t)]) for t in mi.gen_ids])
 
 
-def _write_heatmap_data(output_dir: Path, tok, prepared, method: str, result, views) -> None:
+def _write_heatmap_data(output_dir: Path, decoded, prepared, method: str, result, views) -> None:
     """What report.html draws of this example: tokens, gold evidence, and each method's views and hops (added to the
-    example's file method by method)."""
-    tokens, generated = _decoded(tok, prepared)
+    example's file method by method). ``decoded``: ``_decoded``'s prompt and generated tokens."""
+    tokens, generated = decoded
     write_example_data(output_dir, prepared.example.example_id, tokens=tokens, generated=generated,
                        gold=prepared.evidence_tokens, sink_span=prepared.sink_span,
                        methods={method: method_heatmap(result, view_weights(result, prepared.sink_span, views))})
 
 
-def _write_heatmap(output_dir: Path, tok, prepared, result, method: str) -> None:
+def _write_heatmap(output_dir: Path, decoded, prepared, result, method: str) -> None:
     w = view_weights(result, prepared.sink_span, ["seq"])["seq"]
-    tokens, generated = _decoded(tok, prepared)
+    tokens, generated = decoded
     page = heatmap_html(tokens, w, title=f"{method} on {prepared.example.example_id} (seq view)",
                         gold=prepared.evidence_tokens or (), generated=generated)
     path = output_dir / "heatmaps" / method / f"{safe_filename(prepared.example.example_id)}.html"
