@@ -3,6 +3,8 @@ stored attention, span / multi-hop identities, stop-token rows."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -335,6 +337,56 @@ def test_recorded_attention_inputs_equal_projections(fam):
         for got, want in zip(cap.kv(li), ref.kv(li)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(cap.queries(li, rows), ref.queries(li, rows), atol=1e-5, rtol=1e-5)
+
+
+def test_sdpa_capture_keeps_the_kernels_log_sum_exp(fam):
+    """The sdpa capture runs the CPU flash kernel itself and keeps each generated row's log-sum-exp: it equals the one
+    formed from the recorded queries and keys (float64), the residual stream is bit-identical to the registered sdpa
+    kernel's, and attention rows and IFR from it equal those from the stored eager probabilities."""
+    from ctxbench.attribution.ifr import LayerView
+
+    family, model = fam
+    mi = make_input()
+    cap = capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
+    T, rows = mi.input_ids.numel(), torch.arange(mi.gen_start, mi.input_ids.numel())
+    for li, lc in enumerate(cap.layers):
+        assert lc.lse is not None and lc.lse.shape == (cap.adapter.n_heads, rows.numel())
+        q = cap.queries(li, rows).double() * cap.adapter.scaling(li)
+        k = cap.kv(li)[0].double().repeat_interleave(cap.adapter.group, dim=0)
+        logits = (q @ k.transpose(1, 2)).masked_fill(torch.arange(T)[None, :] > rows[:, None], float("-inf"))
+        torch.testing.assert_close(lc.lse.double(), torch.logsumexp(logits, -1), atol=1e-5, rtol=1e-6)
+    with pytest.MonkeyPatch.context() as mp:  # the same pass through transformers' registered sdpa kernel
+        mp.setattr(importlib.import_module("ctxbench.attribution.capture"), "causal_attention_with_lse",
+                   lambda *a, **k: None)
+        via_sdpa = capture(model, mi.input_ids, mi.gen_start, forward_attn_impl="sdpa")
+    assert all(lc.lse is None for lc in via_sdpa.layers)
+    for a, b in zip(cap.layers, via_sdpa.layers):
+        assert torch.equal(a.x_mid, b.x_mid) and torch.equal(a.x_prev, b.x_prev)
+    stored = capture(model, mi.input_ids, mi.gen_start, store_attention=True)
+    for li in range(len(cap.layers)):
+        torch.testing.assert_close(LayerView(cap, li, IFRConfig()).attn_rows(rows), stored.layers[li].attn,
+                                   atol=1e-6, rtol=1e-5)
+    w = torch.rand(rows.numel(), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(span_ifr(cap, rows, w, IFRConfig(sink_chunk=2)), span_ifr(stored, rows, w),
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(per_token_ifr(cap, rows), per_token_ifr(stored, rows), atol=1e-5, rtol=1e-5)
+
+
+def test_log_sum_exp_kernel_only_for_plain_causal_calls():
+    """Masks, dropout, sliding windows, soft-capping and decoding steps go to the registered kernel (None here)."""
+    from ctxbench.attribution.capture import causal_attention_with_lse
+
+    mod = torch.nn.Module()
+    q, k = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8)
+    out, lse = causal_attention_with_lse(mod, q, k, k, None, scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True, scale=0.3, enable_gqa=True)
+    assert torch.equal(out, ref.transpose(1, 2).contiguous()) and lse.shape == (1, 4, 6)
+    mask = torch.zeros(1, 1, 6, 6)
+    for args, kwargs in [((mask,), {"scaling": 0.3}), ((None,), {"scaling": 0.3, "dropout": 0.1}),
+                         ((None,), {"scaling": 0.3, "sliding_window": 4}), ((None,), {"scaling": 0.3, "softcap": 5.0}),
+                         ((None,), {}), ((None,), {"scaling": 0.3, "is_causal": False})]:
+        assert causal_attention_with_lse(mod, q, k, k, *args, **kwargs) is None, kwargs
+    assert causal_attention_with_lse(mod, q[:, :, -1:], k, k, None, scaling=0.3) is None  # one query: a decoding step
 
 
 @pytest.mark.parametrize("scale", [1e-3, 3e-2, 1.0, 30.0])

@@ -8,6 +8,8 @@ What is kept per layer (batch of one), in the capture's dtype: float32, or float
   its bias are part of ``norm``).
 - ``x_prev`` / ``x_mid`` only for the rows that can be sinks (``row_start:``); IFR never needs them elsewhere.
 - optionally the eager attention probabilities of those rows (the "stored" mode), never the whole T x T.
+- with an sdpa pass on the CPU: the queries, keys and values the kernel got, and the log-sum-exp of each of those
+  rows' logits (``causal_attention_with_lse``), so recomputed attention rows need no max and sum passes.
 
 The forward pass is stopped right after the last layer's ``x_mid`` is seen: the last MLP, the final norm and the
 LM head (about a tenth of a SmolLM2 forward) are never needed.
@@ -256,6 +258,7 @@ class LayerCapture:
     kv: Optional[tuple] = None  # (keys, values), each (n_kv_heads, T, head_dim): built on first use, read by every hop
     q: Optional[torch.Tensor] = None  # (n_heads, R, head_dim) queries of rows row_start.., as the attention kernel got them
     v_norms: Optional[torch.Tensor] = None  # (n_kv_heads, T) L2 norms of the values
+    lse: Optional[torch.Tensor] = None  # (n_heads, R) log-sum-exp of the scaled logits of rows row_start.., from the kernel
 
 
 @dataclass
@@ -313,12 +316,31 @@ def _hidden_arg(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
 
+def causal_attention_with_lse(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None,
+                              is_causal=None, **kwargs) -> Optional[tuple]:
+    """``(output (B, T, H, dh), log-sum-exp (B, H, T))`` of a plain causal self-attention on the CPU, from the flash
+    kernel that sdpa itself dispatches to there (same output, bit for bit), called directly because sdpa drops the
+    log-sum-exp; with it the hops' attention rows come out normalised (no max and sum passes per row). None for any
+    call that is not plain (mask, dropout, sliding window, soft-capping, position bias, cache, other devices): the
+    caller then runs the registered kernel."""
+    plain = (query.device.type == "cpu" and query.dtype in (torch.float32, torch.float64) and attention_mask is None
+             and not dropout and scaling is not None and query.shape[2] == key.shape[2] > 1
+             and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
+             and all(kwargs.get(k) is None for k in ("softcap", "sliding_window", "position_bias")))
+    if not plain:
+        return None
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True,
+                                                                           scale=float(scaling))
+    return out.transpose(1, 2).contiguous(), lse
+
+
 @contextlib.contextmanager
 def recording_attention(model, record):
-    """Inside the block, every call of the model's attention kernel first passes (module, queries, keys, values) to
-    ``record``: the exact post-RoPE (and post q/k-norm) tensors the kernel got, so IFR never projects them again.
-    Works through transformers' attention registry, i.e. for every kernel but eager (which models call directly);
-    with eager nothing is recorded and IFR projects from the captured inputs instead."""
+    """Inside the block, every call of the model's attention kernel first passes (module, queries, keys, values,
+    log-sum-exp or None) to ``record``: the exact post-RoPE (and post q/k-norm) tensors the kernel got, so IFR never
+    projects them again, and the softmax normaliser of each row when the call is one ``causal_attention_with_lse``
+    can compute. Works through transformers' attention registry, i.e. for every kernel but eager (which models call
+    directly); with eager nothing is recorded and IFR projects from the captured inputs instead."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as registry
 
     impl = getattr(model.config, "_attn_implementation", None)
@@ -329,7 +351,10 @@ def recording_attention(model, record):
     kernel = registry[impl]
 
     def recorded(module, query, key, value, *args, **kwargs):
-        record(module, query, key, value)
+        fast = causal_attention_with_lse(module, query, key, value, *args, **kwargs) if impl == "sdpa" else None
+        record(module, query, key, value, None if fast is None else fast[1])
+        if fast is not None:
+            return fast[0], None
         return kernel(module, query, key, value, *args, **kwargs)
 
     registry[impl] = recorded
@@ -391,10 +416,11 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
             at[li] = w[0, :, row_start:, :].detach().to(dt, copy=True)
         return hook
 
-    def record(module, query, key, value):
+    def record(module, query, key, value, lse):
         li = layer_of[id(module)]
         hs[li] = None  # the recorded q/k/v replace the attention input (T x d per layer: 0.57 GiB at 8k on SmolLM2)
-        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(), value[0].to(dt).contiguous())
+        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(), value[0].to(dt).contiguous(),
+                   None if lse is None else lse[0, :, row_start:].to(dt).contiguous())
 
     def mid_pre(li):
         def hook(mod, args):
@@ -421,6 +447,6 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i]) for i in range(L)]
     for lc, rec in zip(layers, qkv):
         if rec is not None:
-            lc.q, lc.kv = rec[0], (rec[1], rec[2])
+            lc.q, lc.kv, lc.lse = rec[0], (rec[1], rec[2]), rec[3]
     return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, pos_emb=pos.get("pe"),
                    seconds=time.perf_counter() - t0)

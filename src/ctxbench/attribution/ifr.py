@@ -78,6 +78,7 @@ class LayerView:
         self.lc = cap.layers[li]
         self.n_src = cap.T if n_src is None else int(n_src)  # sources 0..n_src-1 (causality: max sink + 1)
         self._values: Optional[torch.Tensor] = None
+        self._keys1: Optional[torch.Tensor] = None
         self._f: Optional[torch.Tensor] = None
         self._O = self.ad.out_blocks(li)  # (H, dh, d)
         H, d = self.ad.n_heads, self.ad.d_model
@@ -88,6 +89,8 @@ class LayerView:
         """Attention probabilities (H, R, n_src) of the given sink rows."""
         if self.lc.attn is not None:
             return self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
+        if self.lc.lse is not None:
+            return self._scores(rows).exp_()
         return torch.softmax(self._scores(rows), dim=-1)
 
     def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None
@@ -98,21 +101,30 @@ class LayerView:
         normalised in place: no allocation per chunk, which at long inputs cost more than the arithmetic (fresh
         pages on every call)."""
         n = int(rows.max()) + 1
+        H = self.ad.n_heads
         if self.lc.attn is not None:
-            return torch.bmm(w.expand(self.ad.n_heads, 1, -1), self.attn_rows(rows)[..., :n])[:, 0]
+            return torch.bmm(w.expand(H, 1, -1), self.attn_rows(rows)[..., :n])[:, 0]
         e = self._scores(rows, buf, n)
+        if self.lc.lse is not None:  # already log-probabilities
+            return torch.bmm(w.expand(H, 1, -1), e.exp_())[:, 0]
         e.sub_(e.amax(-1, keepdim=True)).exp_()  # softmax numerators; the row sums are divided into the weights
         return torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
 
     def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None, n: Optional[int] = None
                 ) -> torch.Tensor:
         """Masked attention logits (H, R, n) of the given sink rows over sources 0..n-1 (default n_src), in
-        ``buf`` when given."""
+        ``buf`` when given; log-probabilities when the capture kept the kernel's log-sum-exp (``lse``), subtracted
+        inside the product itself: the queries carry ``-lse`` as one more coordinate against a column of ones in the
+        keys."""
         ad, R, N = self.ad, rows.numel(), self.n_src if n is None else n
-        keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
         q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
+        if self.lc.lse is None:
+            keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
+        else:
+            keys = self._keys_and_ones()[:, :N]
+            q = torch.cat([q, self.lc.lse[:, rows - self.cap.row_start, None].neg()], dim=-1)
         # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
-        q = q.reshape(ad.n_kv_heads, ad.group * R, ad.head_dim)
+        q = q.reshape(ad.n_kv_heads, ad.group * R, q.shape[-1])
         out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
         scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, N)
         sw = ad.sliding_window(self.li)
@@ -123,6 +135,13 @@ class LayerView:
             blocked |= j[None, :] <= rows[:, None] - sw
         scores[:, :, c0:].masked_fill_(blocked[None], float("-inf"))
         return scores
+
+    def _keys_and_ones(self) -> torch.Tensor:
+        """(Hkv, n_src, dh + 1): the keys with a column of ones, made once per layer view (all its sink chunks)."""
+        if self._keys1 is None:
+            k = self.cap.kv(self.li)[0][:, :self.n_src]
+            self._keys1 = torch.cat([k, k.new_ones(*k.shape[:2], 1)], dim=-1)
+        return self._keys1
 
     def head_outputs(self, j0: int, j1: int) -> torch.Tensor:
         """f for sources j0..j1-1: (H, J, d)."""
