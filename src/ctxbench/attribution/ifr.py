@@ -84,34 +84,36 @@ class LayerView:
         H, d = self.ad.n_heads, self.ad.d_model
         self._cache_f = H * self.n_src * d * self.lc.x_prev.element_size() <= cfg.f_cache_bytes
 
-    # rows are absolute positions (LongTensor), all >= cap.row_start
-    def attn_rows(self, rows: torch.Tensor) -> torch.Tensor:
+    # rows are absolute positions (LongTensor), all >= cap.row_start; ``bounds`` = (min, max) of rows when the caller
+    # knows them on the host (no device-to-host read per chunk on a GPU)
+    def attn_rows(self, rows: torch.Tensor, bounds: Optional[tuple] = None) -> torch.Tensor:
         """Attention probabilities (H, R, n_src) of the given sink rows."""
         if self.lc.attn is not None:
             return self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
         if self.lc.lse is not None:
-            return self._scores(rows).exp_()
-        return torch.softmax(self._scores(rows), dim=-1)
+            return self._scores(rows, bounds=bounds).exp_()
+        return torch.softmax(self._scores(rows, bounds=bounds), dim=-1)
 
-    def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None
-                           ) -> torch.Tensor:
+    def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None,
+                           bounds: Optional[tuple] = None) -> torch.Tensor:
         """``sum_r w_r alpha_r`` over the given sink rows with weights ``w`` (R,): (H, max(rows) + 1), the sources
         the rows can see (later ones have alpha = 0, so they are not formed: 1/8 of the products when the rows are
         the last quarter). Recomputed rows are formed in ``buf`` (flat, at least H x R x n_src elements) and
         normalised in place: no allocation per chunk, which at long inputs cost more than the arithmetic (fresh
         pages on every call)."""
-        n = int(rows.max()) + 1
+        bounds = bounds or _bounds(rows)
+        n = bounds[1] + 1
         H = self.ad.n_heads
         if self.lc.attn is not None:
             return torch.bmm(w.expand(H, 1, -1), self.attn_rows(rows)[..., :n])[:, 0]
-        e = self._scores(rows, buf, n)
+        e = self._scores(rows, buf, n, bounds)
         if self.lc.lse is not None:  # already log-probabilities
             return torch.bmm(w.expand(H, 1, -1), e.exp_())[:, 0]
         e.sub_(e.amax(-1, keepdim=True)).exp_()  # softmax numerators; the row sums are divided into the weights
         return torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
 
-    def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None, n: Optional[int] = None
-                ) -> torch.Tensor:
+    def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None, n: Optional[int] = None,
+                bounds: Optional[tuple] = None) -> torch.Tensor:
         """Masked attention logits (H, R, n) of the given sink rows over sources 0..n-1 (default n_src), in
         ``buf`` when given; log-probabilities when the capture kept the kernel's log-sum-exp (``lse``), subtracted
         inside the product itself: the queries carry ``-lse`` as one more coordinate against a column of ones in the
@@ -128,7 +130,7 @@ class LayerView:
         out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
         scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, N)
         sw = ad.sliding_window(self.li)
-        c0 = 0 if sw else int(rows.min()) + 1  # causal masking only touches sources after the first row
+        c0 = 0 if sw else (bounds or _bounds(rows))[0] + 1  # causal masking only touches sources after the first row
         j = torch.arange(c0, N, device=rows.device)
         blocked = j[None, :] > rows[:, None]
         if sw:
@@ -205,6 +207,16 @@ class LayerView:
         return max(1, self.cfg.chunk_elems // max(1, per_source))
 
 
+def _bounds(rows: torch.Tensor) -> tuple:
+    return int(rows.min()), int(rows.max())
+
+
+def _chunks(rows: torch.Tensor, size: int) -> list:
+    """``(slice, (min, max))`` per chunk of ``size`` rows, the bounds read from one host copy of the rows."""
+    host = rows.cpu()
+    return [(slice(r0, r0 + size), _bounds(host[r0:r0 + size])) for r0 in range(0, host.numel(), size)]
+
+
 def _threshold(p: torch.Tensor, tau: float) -> torch.Tensor:
     return p.masked_fill_(p < tau, 0.0) if tau > 0 else p
 
@@ -228,17 +240,16 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
     keep = w > 0
     rows, w = rows[keep], w[keep] / w[keep].sum()
     w_dt = w.to(dt)
-    n_src = int(rows.max()) + 1
+    chunks = _chunks(rows, cfg.sink_chunk)
+    n_src = max(hi for _, (_, hi) in chunks) + 1
     H = cap.adapter.n_heads
     buf = None if cap.stored_attention else \
         torch.empty(H * min(cfg.sink_chunk, rows.numel()) * n_src, dtype=dt, device=dev)  # one sink chunk's rows
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
         abar = torch.zeros(H, n_src, dtype=f64, device=dev)
-        for r0 in range(0, rows.numel(), cfg.sink_chunk):
-            sl = slice(r0, r0 + cfg.sink_chunk)
-            part = lv.weighted_attention(rows[sl], w_dt[sl], buf)
-            abar[:, :part.shape[1]] += part
+        for sl, bounds in chunks:
+            abar[:, :bounds[1] + 1] += lv.weighted_attention(rows[sl], w_dt[sl], buf, bounds)
         abar = abar.to(dt)
         x_s = w @ lv.x_mid(rows).to(f64)
         r_s = w @ lv.x_prev(rows).to(f64)
@@ -249,8 +260,7 @@ def span_ifr(cap: Capture, rows, weights=None, cfg: Optional[IFRConfig] = None) 
         p.sub_(lv.overshoot(abar, x_s, sg), alpha=2.0).clamp_min_(0.0)
         numer = _threshold(p, cfg.tau).sum(0)
         denom = numer.sum(dtype=f64) + resid
-        if float(denom) > 0:
-            total[:n_src] += numer.to(f64) / denom
+        total[:n_src] += torch.where(denom > 0, numer.to(f64) / denom, 0.0)  # a layer with no proximity adds 0
     return total.to(dt)
 
 
@@ -263,14 +273,15 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
     out = torch.zeros(rows.numel(), cap.T, dtype=f64, device=dev)  # sum over layers
     if rows.numel() == 0:
         return out.to(dt)
-    n_src = int(rows.max()) + 1
+    chunks = _chunks(rows, cfg.sink_chunk)
+    n_src = max(hi for _, (_, hi) in chunks) + 1
     H, d = cap.adapter.n_heads, cap.adapter.d_model
     for li in range(len(cap.layers)):
         lv = LayerView(cap, li, cfg, n_src)
-        for r0 in range(0, rows.numel(), cfg.sink_chunk):
-            rr = rows[r0:r0 + cfg.sink_chunk]
-            R, top = rr.numel(), int(rr.max()) + 1  # sources after the last sink of the chunk carry alpha = 0
-            alpha = lv.attn_rows(rr).permute(1, 0, 2).contiguous()  # (R, H, N): sink-major, as the block below
+        for sl, bounds in chunks:
+            rr, r0 = rows[sl], sl.start
+            R, top = rr.numel(), bounds[1] + 1  # sources after the last sink of the chunk carry alpha = 0
+            alpha = lv.attn_rows(rr, bounds).permute(1, 0, 2).contiguous()  # (R, H, N): sink-major, as the block below
             xm, xp = lv.x_mid(rr), lv.x_prev(rr)
             sg = SinkSigns(xm)  # (R, d)
             s_col, lo, hi, neg_xm = sg.s[:, :, None], sg.lo[:, None, None], sg.hi[:, None, None], -xm[:, None, None]
@@ -288,8 +299,7 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
                 p.masked_fill_((torch.arange(j0, j1, device=dev)[None, :] > rr[:, None])[:, None], 0.0)  # causal
                 numer[:, j0:j1] = _threshold(p, cfg.tau).sum(1)
             denom = numer.sum(1, dtype=f64) + prox_l1(xp.to(f64), xm.to(f64))
-            ok = denom > 0
-            out[r0:r0 + R, :top][ok] += numer[ok].to(f64) / denom[ok, None]
+            out[r0:r0 + R, :top] += torch.where((denom > 0)[:, None], numer.to(f64) / denom[:, None], 0.0)
     return out.to(dt)
 
 
