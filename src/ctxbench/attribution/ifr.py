@@ -78,7 +78,7 @@ class LayerView:
         self.lc = cap.layers[li]
         self.n_src = cap.T if n_src is None else int(n_src)  # sources 0..n_src-1 (causality: max sink + 1)
         self._values: Optional[torch.Tensor] = None
-        self._keys1: Optional[torch.Tensor] = None
+        self._lse_qk: Optional[tuple] = None
         self._f: Optional[torch.Tensor] = None
         self._O = self.ad.out_blocks(li)  # (H, dh, d)
         H, d = self.ad.n_heads, self.ad.d_model
@@ -119,12 +119,12 @@ class LayerView:
         inside the product itself: the queries carry ``-lse`` as one more coordinate against a column of ones in the
         keys."""
         ad, R, N = self.ad, rows.numel(), self.n_src if n is None else n
-        q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
         if self.lc.lse is None:
+            q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
             keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
         else:
-            keys = self._keys_and_ones()[:, :N]
-            q = torch.cat([q, self.lc.lse[:, rows - self.cap.row_start, None].neg()], dim=-1)
+            q, keys = self._with_lse()
+            q, keys = q[:, rows - self.cap.row_start], keys[:, :N]
         # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
         q = q.reshape(ad.n_kv_heads, ad.group * R, q.shape[-1])
         out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
@@ -138,12 +138,15 @@ class LayerView:
         scores[:, :, c0:].masked_fill_(blocked[None], float("-inf"))
         return scores
 
-    def _keys_and_ones(self) -> torch.Tensor:
-        """(Hkv, n_src, dh + 1): the keys with a column of ones, made once per layer view (all its sink chunks)."""
-        if self._keys1 is None:
+    def _with_lse(self) -> tuple:
+        """(scaled queries of every captured row with ``-lse`` appended (H, R, dh + 1), keys with a column of ones
+        (Hkv, n_src, dh + 1)), made once per layer view for all its sink chunks."""
+        if self._lse_qk is None:
+            lc, ad = self.lc, self.ad
+            q = torch.cat([lc.q * ad.scaling(self.li), lc.lse[..., None].neg()], dim=-1)
             k = self.cap.kv(self.li)[0][:, :self.n_src]
-            self._keys1 = torch.cat([k, k.new_ones(*k.shape[:2], 1)], dim=-1)
-        return self._keys1
+            self._lse_qk = (q, torch.cat([k, k.new_ones(*k.shape[:2], 1)], dim=-1))
+        return self._lse_qk
 
     def head_outputs(self, j0: int, j1: int) -> torch.Tensor:
         """f for sources j0..j1-1: (H, J, d)."""
@@ -167,7 +170,7 @@ class LayerView:
     def overshoot(self, a: torch.Tensor, y: torch.Tensor, sg: "SinkSigns") -> torch.Tensor:
         """``s . clamp(a_j^h f_j^h - y)`` (H, n_src) for per-pair weights ``a`` (H, n_src) against one sink ``y`` (d,),
         computed only where the bound in the module notes allows a non-zero value (exact zeros elsewhere)."""
-        v = self.values()  # (H, N, dh)
+        v, group = self.cap.kv(self.li)[1], self.ad.group  # (Hkv, T, dh): query head h reads KV head h // group
         H, N = a.shape
         out = torch.zeros(H, N, dtype=a.dtype, device=a.device)
         o_rows, o_norms = self.ad.out_rows(self.li)  # (H, d, dh) = W_O^h transposed, (H, d) its column norms
@@ -185,17 +188,19 @@ class LayerView:
             step = self.source_chunk(ks.numel())
             for i0 in range(0, n, step):
                 jj = js[i0:i0 + step]
-                c = (v[h].index_select(0, jj) @ o_k.T).mul_(a[h, jj, None])  # (J, K) contributions there
+                c = (v[h // group].index_select(0, jj) @ o_k.T).mul_(a[h, jj, None])  # (J, K) contributions there
                 out[h, jj] = c.sub_(y_k).clamp_(lo, hi) @ s_k
         return out
 
     def head_dots(self, j0: int, j1: int, s: torch.Tensor) -> torch.Tensor:
         """``f_j^h . s`` for sources j0..j1-1 without reading f: ``v_j^h . (W_O^h s)``. s (d,) -> (H, J);
         s (R, d) -> (R, H, J)."""
-        v = self.values()[:, j0:j1]  # (H, J, dh)
-        if s.dim() == 1:
-            return torch.bmm(v, (self._O @ s)[..., None])[..., 0]
-        return torch.bmm(v, self._O @ s.T).permute(2, 0, 1)
+        if s.dim() == 1:  # per KV head, its query heads side by side: the values are never expanded
+            ad = self.ad
+            os = (self._O @ s).view(ad.n_kv_heads, ad.group, ad.head_dim).transpose(1, 2)  # (Hkv, dh, group)
+            vk = self.cap.kv(self.li)[1][:, j0:j1]  # (Hkv, J, dh)
+            return torch.bmm(vk, os).transpose(1, 2).reshape(ad.n_heads, j1 - j0)
+        return torch.bmm(self.values()[:, j0:j1], self._O @ s.T).permute(2, 0, 1)
 
     def x_mid(self, rows):
         return self.lc.x_mid[rows - self.cap.row_start]
