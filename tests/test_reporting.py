@@ -8,7 +8,7 @@ import pytest
 from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import find_jobs, swept_keys, table1, write_table1
+from ctxbench.reporting.aggregate import RESULTS, find_jobs, swept_keys, table1, write_table1
 from ctxbench.reporting.plots import deletion_curve_plots, heatmap_html
 from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
 
@@ -154,6 +154,33 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     g = make_job(tmp_path, "g", "niah_mq_q2", ["mode=recovery"], ["ifr_multi_hop_both"], modes=["recovery"])
     with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\)"):
         table1(find_jobs([r, g]))
+
+
+def test_report_takes_a_repeated_scorer_from_the_later_run_when_asked(tmp_path):
+    """Table 1's own procedure: the sweep of every method scores FlashTrace's recovery with hops=1 too; the recovery
+    sweep with hops=3, listed later, gives the figure with prefer_later=true (refused without it). The earlier run's
+    recovery lines no longer count anywhere (cells, intervals, comparisons); its faithfulness stays."""
+    f = make_job(tmp_path, "f", "niah_mq_q2", [], ["ifr_multi_hop_both", "random"])  # faithfulness + recovery
+    r = make_job(tmp_path, "r", "niah_mq_q2", ["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"],
+                 ["ifr_multi_hop_both"], modes=["recovery"])
+    summary = json.loads((r / "summary.json").read_text())
+    for fig in summary["methods"]["ifr_multi_hop_both"]["recovery"]["seq"].values():
+        fig["mean"] = 0.9
+    (r / "summary.json").write_text(json.dumps(summary))
+    (f / RESULTS).write_text("".join(json.dumps(dict(rec, method="ifr_multi_hop_both")) + "\n"
+                                     for rec in RECORDS if rec["method"] == "ifr"))
+    with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\).*prefer_later"):
+        find_jobs([f, r])
+    jobs = find_jobs([f, r], prefer_later=True)
+    cells = table1(jobs)[3]
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["Recall@10%"] == pytest.approx(0.9)
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["RISE"] == pytest.approx(0.2)
+    assert cells[("niah_mq_q2", "random")]["Recall@10%"] == pytest.approx(0.5)  # given once: kept
+    lines = jobs[0].records()
+    assert lines and all(x["recovery"] is None and x["faithfulness"] is not None for x in lines)
+    # the order of runs decides: listed the other way round, the hops=1 figure wins
+    cells = table1(find_jobs([r, f], prefer_later=True))[3]
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["Recall@10%"] == pytest.approx(0.5)
 
 
 def test_coverage_summary_and_csv(tmp_path):

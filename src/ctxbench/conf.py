@@ -102,6 +102,8 @@ class ReportConfig:
     html: bool = True  # write report.html (docs/report.md): the table, and each run's tables, figures, heat maps
     heatmaps: int = 3  # examples per run shown in report.html (those the run stored heat-map data for)
     stats: StatsSettings = field(default_factory=StatsSettings)  # intervals and paired comparisons, from results.jsonl
+    # a task and method scored by the same scorer in two runs: refused, or taken from the run listed later
+    prefer_later: bool = False
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -31,25 +31,37 @@ class JobRun:
     config: dict[str, Any]
     overrides: list[str]
     summary: dict[str, Any]
+    superseded: set = field(default_factory=set)  # (method, scorer) a later run gives instead (``resolve_repeats``)
 
     @property
     def dataset(self) -> str:
         return self.config["dataset"]["name"]
 
     def records(self) -> list[dict]:
-        """The per-example result lines of the methods in the summary (none when the job has no results file)."""
+        """The per-example result lines of the methods in the summary (none when the job has no results file),
+        without the scores of superseded (method, scorer) pairs."""
         path = self.path / RESULTS
         if not path.exists():
             return []
-        return [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+        out = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+        for r in out:
+            for method, scorer in self.superseded:
+                if r["method"] == method:
+                    r[scorer] = None
+        return out
+
+    def scores(self, method: str, scorer: str) -> bool:
+        """Whether this job's figures for ``method`` include ``scorer``'s (and are not superseded)."""
+        return scorer in self.summary["methods"][method] and (method, scorer) not in self.superseded
 
     def scorers(self) -> dict[str, Scorer]:
         """The job's scorers, rebuilt from its recorded config: they read its records as the run did."""
         return build_all(self.config["mode"], "mode", Scorer) if self.config.get("mode") else {}
 
 
-def find_jobs(paths: Iterable[str | Path]) -> list[JobRun]:
-    """Every run_exp job dir (one with ``summary.json`` and ``manifest.json``) at or below the given paths."""
+def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False) -> list[JobRun]:
+    """Every run_exp job dir (one with ``summary.json`` and ``manifest.json``) at or below the given paths, in their
+    order; two jobs scoring the same task and method with the same scorer are resolved by ``resolve_repeats``."""
     jobs = []
     for p in paths:
         p = Path(p)
@@ -68,7 +80,29 @@ def find_jobs(paths: Iterable[str | Path]) -> list[JobRun]:
                                json.loads((d / "summary.json").read_text())))
     if not jobs:
         raise FileNotFoundError(f"no run_exp jobs found in {', '.join(map(str, paths))}")
+    resolve_repeats(jobs, prefer_later)
     return jobs
+
+
+def resolve_repeats(jobs: list[JobRun], prefer_later: bool = False) -> None:
+    """A task and method scored by the same scorer in two jobs is refused, or with ``prefer_later`` taken from the
+    later job (in ``runs`` order): the earlier job's scores of it are marked superseded. Table 1 needs the second:
+    FlashTrace's faithfulness with hops=1 from the sweep of every method (which scores recovery too), its recovery
+    with hops=3 from a sweep of its own."""
+    given: dict[tuple[str, str, str], JobRun] = {}
+    for job in jobs:
+        for method in job.summary["methods"]:
+            for scorer, desc in job.summary.get("scorers", {}).items():
+                if not job.scores(method, scorer):
+                    continue
+                key = (job.dataset, method, scorer)
+                if key in given:
+                    if not prefer_later:
+                        label = desc["metrics"][0]["label"] if desc.get("metrics") else scorer
+                        raise ValueError(f"two runs give {method} on {job.dataset} ({label}): {given[key].path} and "
+                                         f"{job.path}; list the run to use last and set prefer_later=true")
+                    given[key].superseded.add((method, scorer))
+                given[key] = job
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -134,7 +168,6 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
     and the job has the file, else taken from summary.json."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
-    where: dict[tuple[str, str], Path] = {}
     datasets, methods, metrics = [], [], {}
     for job in jobs:
         scorers = job.summary.get("scorers", {})
@@ -144,21 +177,17 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
         for method, s in job.summary["methods"].items():
             key = (job.dataset, method)
             # runs of one task and method with different modes fill one row (Table 1: faithfulness with hops=1,
-            # recovery with hops=3, two sweeps); the same metric from two runs is refused
+            # recovery with hops=3, two sweeps); a scorer given by two runs was resolved by find_jobs
             cell = cells.setdefault(key, {"n": 0, "runs_n": set(), "stats": {}})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
-                    if cell.get(m["label"]) is not None and name in s:
-                        raise ValueError(f"two runs give {method} on {job.dataset} ({m['label']}): "
-                                         f"{where[key]} and {job.path}")
-                    if name in s:
+                    if job.scores(method, name):
                         cell[m["label"]] = s[name][view][m["key"]]["mean"]
                         cell["stats"][m["label"]] = s[name][view][m["key"]]
                     else:
                         cell.setdefault(m["label"], None)
             cell["n"] = max(cell["n"], s["examples"])
             cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
-            where[key] = job.path
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
             if method not in methods:
