@@ -178,9 +178,13 @@ def test_report_takes_a_repeated_scorer_from_the_later_run_when_asked(tmp_path):
     assert cells[("niah_mq_q2", "random")]["Recall@10%"] == pytest.approx(0.5)  # given once: kept
     lines = jobs[0].records()
     assert lines and all(x["recovery"] is None and x["faithfulness"] is not None for x in lines)
-    # the order of runs decides: listed the other way round, the hops=1 figure wins
+    # the order of runs decides: listed the other way round, the hops=1 figure wins, and the recovery run, left with
+    # nothing, does not count in N
+    summary["methods"]["ifr_multi_hop_both"]["examples"] = 2
+    (r / "summary.json").write_text(json.dumps(summary))
     cells = table1(find_jobs([r, f], prefer_later=True))[3]
     assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["Recall@10%"] == pytest.approx(0.5)
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["runs_n"] == {3}
 
 
 def test_coverage_summary_and_csv(tmp_path):

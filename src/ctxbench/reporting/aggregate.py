@@ -178,6 +178,8 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
             key = (job.dataset, method)
             # runs of one task and method with different modes fill one row (Table 1: faithfulness with hops=1,
             # recovery with hops=3, two sweeps); a scorer given by two runs was resolved by find_jobs
+            if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
+                continue  # every figure this run had of the method is taken from a later run: its N does not count
             cell = cells.setdefault(key, {"n": 0, "runs_n": set(), "stats": {}})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
