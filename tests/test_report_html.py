@@ -240,9 +240,9 @@ def test_report_command_page(tmp_path):
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
         (tmp_path / d / "summary.json").read_text())) for d in ("niah_a", "niah_b")]
     metrics = [{"key": "recall", "label": "Recall@10%", "higher_is_better": True}]
-    cells = {("niah_a", "m1"): {"n": 3, "runs_n": {3}, "Recall@10%": 0.5},
-             ("niah_b", "m1"): {"n": 4, "runs_n": {4}, "Recall@10%": None},
-             ("niah_a", "m2"): {"n": 3, "runs_n": {3}, "Recall@10%": 0.25, "stats": {"Recall@10%": {
+    cells = {("niah_a", "m1"): {"runs_n": {3}, "Recall@10%": 0.5},
+             ("niah_b", "m1"): {"runs_n": {4}, "Recall@10%": None},
+             ("niah_a", "m2"): {"runs_n": {3}, "Recall@10%": 0.25, "stats": {"Recall@10%": {
                  "mean": 0.25, "std": 0.1, "n": 3, "ci_low": 0.0, "ci_high": 0.5}}}}
     path = write_report_html(jobs, (["niah_a", "niah_b"], ["m1", "m2"], metrics, cells), tmp_path / "report",
                              examples=1)

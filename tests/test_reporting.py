@@ -138,7 +138,7 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
                  ["ifr_multi_hop_both"], modes=["recovery"])
     datasets, methods, metrics, cells = table1(find_jobs([f, r]))
     cell = cells[("niah_mq_q2", "ifr_multi_hop_both")]
-    assert methods == ["ifr_multi_hop_both"] and cell["n"] == 3
+    assert methods == ["ifr_multi_hop_both"] and cell["runs_n"] == {3}
     assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
     md = write_table1(find_jobs([f, r]), tmp_path / "out")[2]
     assert "| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md

@@ -163,8 +163,8 @@ def by_dataset(jobs: list[JobRun]) -> dict[str, tuple[list[dict], dict[str, Scor
 def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings] = None
            ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
     """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
-    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "n": examples (the most of its
-    runs), "runs_n": {examples of each run}, "stats": {label: {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with ``stats`` when given
+    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "runs_n": {examples of each
+    run}, "stats": {label: {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with ``stats`` when given
     and the job has the file, else taken from summary.json."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
@@ -180,7 +180,7 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
             # recovery with hops=3, two sweeps); a scorer given by two runs was resolved by find_jobs
             if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
                 continue  # every figure this run had of the method is taken from a later run: its N does not count
-            cell = cells.setdefault(key, {"n": 0, "runs_n": set(), "stats": {}})
+            cell = cells.setdefault(key, {"runs_n": set(), "stats": {}})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
                     if job.scores(method, name):
@@ -188,7 +188,6 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
                         cell["stats"][m["label"]] = s[name][view][m["key"]]
                     else:
                         cell.setdefault(m["label"], None)
-            cell["n"] = max(cell["n"], s["examples"])
             cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
             if job.dataset not in datasets:
                 datasets.append(job.dataset)
@@ -248,7 +247,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                                        for me in methods for m in labels])
     (out / "table1.json").write_text(json.dumps({
         "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
-        "cells": [{"dataset": d, "method": me, "n": cells[(d, me)]["n"],
+        "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
         "comparisons": comps}, indent=2) + "\n", encoding="utf-8")
