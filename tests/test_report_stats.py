@@ -4,6 +4,7 @@ hand-made records; the table1 experiment lists and builds every Table-1 method."
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.parts import build_all
 from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings, bootstrap_ci
 from ctxbench.reporting.tables import compare, markdown_summary, summarize
 from ctxbench.stages.run import write_reports
@@ -94,7 +96,7 @@ def write_job(tmp_path: Path, name: str, recs: list[dict], **write_kw) -> Path:
     config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": VIEWS, "seed": 3,
               "mode": {"faithfulness": {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer"},
                        "recovery": {"_target_": "ctxbench.metrics.recovery.RecoveryScorer", "fraction": 0.1}},
-              "attribution": {m: {} for m in RISE}, "stats": {"seed": 3}, "paths": {"root": str(job)}}
+              "attribution": {m: {} for m in RISE}, "stats": asdict(STATS), "paths": {"root": str(job)}}
     (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
     (job / ".hydra" / "overrides.yaml").write_text(f"- dataset={config['dataset']['name']}\n")
     write_reports(job, list(RISE), SCORERS, VIEWS, title="t", stats=STATS, **write_kw)
@@ -141,6 +143,40 @@ def test_report_table1_layout_with_intervals(tmp_path):
     saved = json.loads((tmp_path / "report" / "table1.json").read_text())
     assert len(saved["comparisons"]) == 3 * 4 + 1 * 4 and saved["stats"]["n_resamples"] == 200
     assert csv_path.read_text().splitlines()[0].startswith("dataset,n,good/RISE,good/MAS")
+
+
+def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
+    root = tmp_path / "multirun"
+    write_job(root, "0_niah_mq_q2", records())
+    # a run stopped in its last example, before "flat" scored it: results so far, no summary.json
+    partial = [r for r in records() if (r["method"], r["example_id"]) != ("flat", "ex7")]
+    stopped = write_job(root, "1_vt_h2_c3", partial)
+    written = json.loads((stopped / "summary.json").read_text())  # what the run writes for these results
+    (stopped / "summary.json").unlink()
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    (stopped / "manifest.json").write_text(json.dumps({**manifest, "dataset": {"examples": 8}}))
+
+    with caplog.at_level("WARNING"):
+        jobs = find_jobs([root])
+    assert [j.dataset for j in jobs] == ["niah_mq_q2"]
+    assert "left out, unfinished" in caplog.text and str(stopped) in caplog.text
+    with pytest.raises(FileNotFoundError, match="unfinished=true"):
+        find_jobs([stopped])
+
+    jobs = find_jobs([root], unfinished=True)
+    late = jobs[1]
+    assert late.unfinished == (7, 8) and jobs[0].unfinished is None
+    # summarised from its results exactly as the run would have (figures, intervals, comparisons)
+    assert json.loads(json.dumps(late.summary)) == written
+    assert late.summary["methods"]["flat"]["examples"] == 7
+    _, csv_path, md = write_table1(jobs, tmp_path / "report", "seq", STATS)
+    assert f"- `{stopped}`: 7 of 8 examples scored by every method so far" in md
+    assert "| vt_h2_c3 (7/8) | good |" in md
+    saved = json.loads((tmp_path / "report" / "table1.json").read_text())
+    assert saved["unfinished"] == [{"run": str(stopped), "examples": 7, "planned": 8}]
+    page = write_report_html(jobs, table1(jobs, "seq", STATS), tmp_path / "report", 0).read_text()
+    assert "(unfinished: 7 of 8 examples scored by every method so far)</summary>" in page
+    assert "unfinished" not in write_table1(jobs[:1], tmp_path / "one", "seq", STATS)[2]
 
 
 def _compose(overrides):

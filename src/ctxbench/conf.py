@@ -104,6 +104,8 @@ class ReportConfig:
     stats: StatsSettings = field(default_factory=StatsSettings)  # intervals and paired comparisons, from results.jsonl
     # a task and method scored by the same scorer in two runs: refused, or taken from the run listed later
     prefer_later: bool = False
+    # jobs without summary.json: left out with a warning, or reported from their results so far, marked unfinished
+    unfinished: bool = False
 
 
 @dataclass

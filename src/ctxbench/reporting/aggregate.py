@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -18,11 +19,14 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.parts import build_all
 from ctxbench.reporting.stats import StatsSettings
-from ctxbench.reporting.tables import comparison_cell, compare, direction, metric_header, stat_cell, summarize
+from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
+                                      stat_cell, summarize)
 
 # Keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics.
 IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.")
 RESULTS = "results.jsonl"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -32,6 +36,8 @@ class JobRun:
     overrides: list[str]
     summary: dict[str, Any]
     superseded: set = field(default_factory=set)  # (method, scorer) a later run gives instead (``resolve_repeats``)
+    # a job still running or stopped: (examples scored by every method so far, examples planned)
+    unfinished: Optional[tuple] = None
 
     @property
     def dataset(self) -> str:
@@ -59,29 +65,56 @@ class JobRun:
         return build_all(self.config["mode"], "mode", Scorer) if self.config.get("mode") else {}
 
 
-def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False) -> list[JobRun]:
-    """Every run_exp job dir (one with ``summary.json`` and ``manifest.json``) at or below the given paths, in their
-    order; two jobs scoring the same task and method with the same scorer are resolved by ``resolve_repeats``."""
-    jobs = []
+def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinished: bool = False) -> list[JobRun]:
+    """Every run_exp job dir (one with ``manifest.json``) at or below the given paths, in their order: the finished
+    ones (``summary.json``), and with ``unfinished`` also those still running or stopped, summarised from the results
+    they have written so far (otherwise they are left out with a warning). Two jobs scoring the same task and method
+    with the same scorer are resolved by ``resolve_repeats``."""
+    jobs, left_out = [], []
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such run or multirun folder")
-        dirs = [p] if (p / "summary.json").exists() else sorted(d.parent for d in p.rglob("summary.json"))
-        if not dirs:
-            raise FileNotFoundError(f"{p}: no finished run_exp job (summary.json) in it")
+        dirs = [p] if (p / "manifest.json").exists() else sorted(d.parent for d in p.rglob("manifest.json"))
+        found = []
         for d in dirs:
             manifest = json.loads((d / "manifest.json").read_text())
-            if manifest.get("stage") != "run_exp":
-                continue
-            ov_file = d / ".hydra" / "overrides.yaml"
-            overrides = yaml.safe_load(ov_file.read_text()) if ov_file.exists() else []
-            jobs.append(JobRun(d, manifest["config"], list(overrides or []),
-                               json.loads((d / "summary.json").read_text())))
-    if not jobs:
-        raise FileNotFoundError(f"no run_exp jobs found in {', '.join(map(str, paths))}")
+            if manifest.get("stage") != "run_exp" or manifest["config"].get("shard", {}).get("count", 1) > 1:
+                continue  # other stages; shards are merged into a run of their own before the report reads them
+            if (d / "summary.json").exists():
+                found.append(_job(d, manifest, json.loads((d / "summary.json").read_text())))
+            elif not unfinished:
+                left_out.append(d)
+            elif (d / RESULTS).exists():
+                found.append(_job(d, manifest, None))
+        if not found:
+            hint = "; its unfinished jobs are reported with unfinished=true" if left_out and not unfinished else ""
+            raise FileNotFoundError(f"{p}: no finished run_exp job (summary.json) in it{hint}")
+        jobs += found
+    if left_out:
+        log.warning("left out, unfinished (no summary.json; report them with unfinished=true): %s",
+                    ", ".join(map(str, left_out)))
     resolve_repeats(jobs, prefer_later)
     return jobs
+
+
+def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
+    """The job in ``d``; ``summary`` None: an unfinished job, summarised from its results so far as the run would."""
+    ov_file = d / ".hydra" / "overrides.yaml"
+    overrides = yaml.safe_load(ov_file.read_text()) if ov_file.exists() else []
+    job = JobRun(d, manifest["config"], list(overrides or []), summary or {})
+    if summary is None:
+        config = job.config
+        methods = list(config.get("attribution") or {})
+        records = [r for _, r in iter_jsonl(d / RESULTS) if r["method"] in methods]
+        job.summary = run_summary(records, job.scorers(), list(config.get("views", ["seq"])),
+                                  StatsSettings(**config.get("stats", {})))
+        by_example: dict[str, set] = {}
+        for r in records:
+            by_example.setdefault(r["example_id"], set()).add(r["method"])
+        complete = sum(1 for got in by_example.values() if got >= set(methods))
+        job.unfinished = (complete, manifest.get("dataset", {}).get("examples"))
+    return job
 
 
 def resolve_repeats(jobs: list[JobRun], prefer_later: bool = False) -> None:
@@ -217,6 +250,21 @@ def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dic
             for row in compare(records, scorers, [view], stats)]
 
 
+def unfinished_note(job: JobRun) -> str:
+    """"" for a finished job, else how far an unfinished one got."""
+    if not job.unfinished:
+        return ""
+    done, planned = job.unfinished
+    return f"{done}{'' if planned is None else f' of {planned}'} examples scored by every method so far"
+
+
+def unfinished_lines(jobs: list[JobRun]) -> list[str]:
+    """Markdown lines naming the unfinished runs whose figures the table shows (none when every run finished)."""
+    rows = [f"- `{j.path}`: {unfinished_note(j)}" for j in jobs if j.unfinished]
+    return ["Unfinished runs (their figures cover the examples scored when the report was made):", *rows, ""] \
+        if rows else []
+
+
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None) -> tuple[Path, Path, str]:
     """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons), ``table1.csv`` (one row per
@@ -232,7 +280,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
         return task_n(cells, d, methods)
 
     md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
-                    f"interval]; bold: the best mean of the task)", "",
+                    f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
                     *table1_markdown(datasets, methods, metrics, cells, n_of),
                     *comparisons_markdown(comps, datasets, metrics, stats)])
     out = Path(output_dir)
@@ -250,7 +298,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
-        "comparisons": comps}, indent=2) + "\n", encoding="utf-8")
+        "comparisons": comps,
+        "unfinished": [{"run": str(j.path), "examples": j.unfinished[0], "planned": j.unfinished[1]}
+                       for j in jobs if j.unfinished]}, indent=2) + "\n", encoding="utf-8")
     return md_path, csv_path, md
 
 

@@ -22,7 +22,7 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import VIEW_LABELS
-from ctxbench.reporting.aggregate import task_n
+from ctxbench.reporting.aggregate import task_n, unfinished_note
 from ctxbench.reporting.tables import direction, metric_header
 
 DATA_DIR = "heatmap_data"
@@ -380,7 +380,9 @@ def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples
     parts, data = [table1_html(*table), legend()], {}
     for n, job in enumerate(jobs):
         body, d = job_body(job.path, job.summary, examples, f"j{n}")
-        parts.append(f"<details{' open' if n == 0 else ''}><summary>{_text(job.dataset)}: {_text(job.path)}</summary>"
+        note = f" (unfinished: {unfinished_note(job)})" if job.unfinished else ""
+        parts.append(f"<details{' open' if n == 0 else ''}><summary>{_text(job.dataset)}: {_text(job.path)}"
+                     f"{_text(note)}</summary>"
                      f"{body}</details>")
         data.update(d)
     return atomic_write_text(Path(output_dir) / PAGE, page(f"ctxbench report: {len(jobs)} runs", "".join(parts), data))

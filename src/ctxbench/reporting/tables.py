@@ -8,6 +8,7 @@ A result record (one line of ``results.jsonl``) holds, for one example and one a
 from __future__ import annotations
 
 import csv
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
@@ -43,6 +44,15 @@ def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], 
             s[name] = agg
         out[method] = s
     return out
+
+
+def run_summary(records: list[dict[str, Any]], scorers: Mapping[str, Scorer], views: list[str],
+                stats: StatsSettings, refused: Iterable[str] = ()) -> dict[str, Any]:
+    """What a run's ``summary.json`` holds: the methods' figures (``summarize``), the views, the scorers'
+    descriptions, the refused examples, the statistics settings and the paired comparisons."""
+    return {"methods": summarize(records, scorers, views, stats), "views": list(views),
+            "scorers": {name: sc.describe() for name, sc in scorers.items()}, "refused": list(refused),
+            "stats": asdict(stats), "comparisons": compare(records, scorers, views, stats)}
 
 
 def compare(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], views: Iterable[str],

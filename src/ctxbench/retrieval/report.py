@@ -88,8 +88,10 @@ def find_retrieval_jobs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def has_attribution_jobs(path: str | Path) -> bool:
+    """Whether a run_exp job (finished or not) is at or below ``path``."""
     p = Path(path)
-    return (p / "summary.json").is_file() or any(p.rglob("summary.json"))
+    manifests = [p / "manifest.json"] if (p / "manifest.json").is_file() else p.rglob("manifest.json")
+    return any(json.loads(m.read_text(encoding="utf-8")).get("stage") == "run_exp" for m in manifests)
 
 
 def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:

@@ -25,7 +25,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     runs = plain + [str(m) for m in merged]
     retrieval = find_retrieval_jobs(runs)
     attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
-    jobs = find_jobs(attribution_runs, cfg.get("prefer_later", False)) if attribution_runs else []
+    jobs = find_jobs(attribution_runs, cfg.get("prefer_later", False), cfg.get("unfinished", False)) \
+        if attribution_runs else []
     out = {}
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()

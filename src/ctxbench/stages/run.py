@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -32,7 +31,7 @@ from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.stats import StatsSettings, method_pairs
-from ctxbench.reporting.tables import compare, markdown_summary, summarize, write_mode_csvs
+from ctxbench.reporting.tables import markdown_summary, run_summary, write_mode_csvs
 from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 from ctxbench.stages.run_shards import write_shard_record
@@ -194,14 +193,11 @@ def write_reports(output_dir: Path, methods: list[str], scorers: dict[str, Score
     stats = stats or StatsSettings()
     records = [r for _, r in iter_jsonl(output_dir / RESULTS) if r["method"] in methods] \
         if (output_dir / RESULTS).exists() else []
-    summary = summarize(records, scorers, views, stats)
-    comparisons = compare(records, scorers, views, stats)
-    descriptions = {name: sc.describe() for name, sc in scorers.items()}
-    (output_dir / "summary.json").write_text(json.dumps({
-        "methods": summary, "views": views, "scorers": descriptions, "refused": list(refused),
-        "stats": asdict(stats), "comparisons": comparisons}, indent=2) + "\n")
+    full = run_summary(records, scorers, views, stats, refused)
+    (output_dir / "summary.json").write_text(json.dumps(full, indent=2) + "\n")
+    summary = full["methods"]
     write_mode_csvs(output_dir, summary, scorers, views)
-    md = markdown_summary(summary, descriptions, views, title, comparisons, stats.level)
+    md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
     (output_dir / "summary.md").write_text(md + "\n", encoding="utf-8")
     for scorer in scorers.values():
         scorer.write_plots(records, views, output_dir)
