@@ -36,6 +36,9 @@ def test_report_command_mixes_retrieval_and_attribution_jobs(tmp_path):
         job.mkdir(parents=True)
         write_job_report(job, [entry(model, "NoReranker", task, "context", recall_at_10=recall, ndcg_at_10=recall / 2)],
                          ["ndcg_at_10", "recall_at_10"], {}, title="t")
+        # as mode=retrieval writes it: a run_exp job, with retrieval data
+        (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": {"dataset": {"name": task}},
+                                                       "dataset": {"name": task, "kind": "retrieval"}}))
     for i, (task, rec) in enumerate([("niah_single_1", 0.4), ("vt_h2_c3", 0.2)]):
         job = sweep / f"{i + 3}_attribution"
         job.mkdir()
@@ -60,7 +63,8 @@ def test_report_command_mixes_retrieval_and_attribution_jobs(tmp_path):
     only.mkdir()
     for name in ("0_retrieval", "1_retrieval"):
         (only / name).mkdir()
-        (only / name / RESULTS_JSON).write_text((sweep / "0_retrieval" / RESULTS_JSON).read_text())
+        for f in (RESULTS_JSON, "manifest.json"):
+            (only / name / f).write_text((sweep / "0_retrieval" / f).read_text())
     with pytest.raises(ValueError, match="two runs give bm25 / NoReranker on niah_single_1-context"):
         report_stage(OmegaConf.create({"runs": [str(only)], "view": "seq"}), tmp_path / "r2")
     report_stage(OmegaConf.create({"runs": [str(only / "0_retrieval")], "view": "seq"}), tmp_path / "r3")

@@ -65,6 +65,11 @@ class JobRun:
         return build_all(self.config["mode"], "mode", Scorer) if self.config.get("mode") else {}
 
 
+def is_attribution_job(manifest: dict) -> bool:
+    """A run_exp job that attributes (``mode=retrieval`` jobs are run_exp jobs too, with retrieval data)."""
+    return manifest.get("stage") == "run_exp" and manifest.get("dataset", {}).get("kind") != "retrieval"
+
+
 def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinished: bool = False) -> list[JobRun]:
     """Every run_exp job dir (one with ``manifest.json``) at or below the given paths, in their order: the finished
     ones (``summary.json``), and with ``unfinished`` also those still running or stopped, summarised from the results
@@ -79,8 +84,8 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
         found = []
         for d in dirs:
             manifest = json.loads((d / "manifest.json").read_text())
-            if manifest.get("stage") != "run_exp" or manifest["config"].get("shard", {}).get("count", 1) > 1:
-                continue  # other stages; shards are merged into a run of their own before the report reads them
+            if not is_attribution_job(manifest) or manifest["config"].get("shard", {}).get("count", 1) > 1:
+                continue  # other stages and retrieval; shards are merged into a run of their own before the report
             if (d / "summary.json").exists():
                 found.append(_job(d, manifest, json.loads((d / "summary.json").read_text())))
             elif not unfinished:

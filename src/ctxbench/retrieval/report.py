@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from ctxbench.reporting.aggregate import is_attribution_job
 from ctxbench.retrieval.metrics import parse_metric_key
 
 RESULTS_JSON = "retrieval.json"
@@ -88,10 +89,10 @@ def find_retrieval_jobs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def has_attribution_jobs(path: str | Path) -> bool:
-    """Whether a run_exp job (finished or not) is at or below ``path``."""
+    """Whether an attribution job (finished or not) is at or below ``path``."""
     p = Path(path)
     manifests = [p / "manifest.json"] if (p / "manifest.json").is_file() else p.rglob("manifest.json")
-    return any(json.loads(m.read_text(encoding="utf-8")).get("stage") == "run_exp" for m in manifests)
+    return any(is_attribution_job(json.loads(m.read_text(encoding="utf-8"))) for m in manifests)
 
 
 def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:
