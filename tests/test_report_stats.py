@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 from ctxbench.attribution import Attributor
 from ctxbench.conf import register_configs
-from ctxbench.errors import ConfigError
+from ctxbench.errors import ConfigError, DataError
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.parts import build_all
@@ -160,7 +160,7 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
         jobs = find_jobs([root])
     assert [j.dataset for j in jobs] == ["niah_mq_q2"]
     assert "left out, unfinished" in caplog.text and str(stopped) in caplog.text
-    with pytest.raises(FileNotFoundError, match="unfinished=true"):
+    with pytest.raises(DataError, match="unfinished=true"):
         find_jobs([stopped])
 
     jobs = find_jobs([root], unfinished=True)

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ctxbench.errors import DataError
 from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
@@ -127,7 +128,7 @@ def test_report_refuses_unswept_differences_and_duplicates(tmp_path):
     d = make_job(tmp_path, "d", "niah_mq_q2", ["model=smollm2-135m"], ["ifr"])
     e = make_job(tmp_path, "e", "vt_h2_c3", ["model=qwen3-8b"], ["ifr"], model={"name": "qwen3-8b"})
     assert len(table1(find_jobs([d, e]))[0]) == 2
-    with pytest.raises(FileNotFoundError, match="no finished run_exp job"):
+    with pytest.raises(DataError, match="no finished run_exp job"):
         find_jobs([tmp_path / "a" / ".hydra"])
 
 
@@ -218,3 +219,8 @@ def test_report_cli_writes_table1(tmp_path):
     assert "| vt_h2_c3 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" \
         in out.stdout
     assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()
+    # a wrong runs entry: one line naming it, exit code 2, no traceback
+    bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"), f"runs=[{root},{tmp_path / 'nope'}]",
+                          f"hydra.run.dir={tmp_path / 'report2'}"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1] == f"error: {tmp_path / 'nope'}: no such run or multirun folder"

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
+from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.parts import build_all
@@ -79,7 +80,7 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
     for p in paths:
         p = Path(p)
         if not p.exists():
-            raise FileNotFoundError(f"{p}: no such run or multirun folder")
+            raise DataError("no such run or multirun folder", file=p)
         dirs = [p] if (p / "manifest.json").exists() else sorted(d.parent for d in p.rglob("manifest.json"))
         found = []
         for d in dirs:
@@ -94,7 +95,7 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
                 found.append(_job(d, manifest, None))
         if not found:
             hint = "; its unfinished jobs are reported with unfinished=true" if left_out and not unfinished else ""
-            raise FileNotFoundError(f"{p}: no finished run_exp job (summary.json) in it{hint}")
+            raise DataError(f"no finished run_exp job (summary.json) in it{hint}", file=p)
         jobs += found
     if left_out:
         log.warning("left out, unfinished (no summary.json; report them with unfinished=true): %s",
@@ -137,7 +138,7 @@ def resolve_repeats(jobs: list[JobRun], prefer_later: bool = False) -> None:
                 if key in given:
                     if not prefer_later:
                         label = desc["metrics"][0]["label"] if desc.get("metrics") else scorer
-                        raise ValueError(f"two runs give {method} on {job.dataset} ({label}): {given[key].path} and "
+                        raise ConfigError(f"two runs give {method} on {job.dataset} ({label}): {given[key].path} and "
                                          f"{job.path}; list the run to use last and set prefer_later=true")
                     given[key].superseded.add((method, scorer))
                 given[key] = job
@@ -180,7 +181,7 @@ def check_consistent(jobs: list[JobRun]) -> None:
         if len(vals) > 1 and not any(k == a or k.startswith(a + ".") for a in allowed):
             bad.append(f"{k} ({', '.join(sorted(vals))})")
     if bad:
-        raise ValueError("runs disagree on keys that were not swept, so their figures are not comparable: "
+        raise ConfigError("runs disagree on keys that were not swept, so their figures are not comparable: "
                          + "; ".join(bad))
 
 

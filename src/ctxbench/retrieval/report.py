@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from ctxbench.errors import ConfigError
 from ctxbench.reporting.aggregate import is_attribution_job
 from ctxbench.retrieval.metrics import parse_metric_key
 
@@ -106,7 +107,7 @@ def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:
         for e in doc["results"]:
             key = (e["model"], e["reranker"], e["column"])
             if key in where:
-                raise ValueError(f"two runs give {e['model']} / {e['reranker']} on {e['column']}: {where[key]} and "
+                raise ConfigError(f"two runs give {e['model']} / {e['reranker']} on {e['column']}: {where[key]} and "
                                  f"{job}")
             where[key] = job
             entries.append(e)

@@ -50,7 +50,7 @@ def find_shard_dirs(paths: Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for p in map(Path, paths):
         if not p.exists():
-            raise FileNotFoundError(f"{p}: no such run or multirun folder")
+            raise DataError("no such run or multirun folder", file=p)
         for m in sorted(p.rglob(MANIFEST)) if not (p / MANIFEST).exists() else [p / MANIFEST]:
             manifest = json.loads(m.read_text(encoding="utf-8"))
             shard = manifest.get("config", {}).get("shard") or {}
