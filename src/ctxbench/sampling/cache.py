@@ -23,7 +23,7 @@ from ctxbench.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples
 from ctxbench.files import atomic_write_text
 from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
-from ctxbench.shards import Shard, shard_path  # noqa: F401  (Shard: the sampling stage's import)
+from ctxbench.shards import shard_path
 
 
 def config_path(cache: Path) -> Path:

@@ -32,8 +32,9 @@ from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import default_pool_path, example_rows, load_pool
 from ctxbench.sampling.attach import attach_spans
 from ctxbench.sampling.boxed import split_boxed_generation
-from ctxbench.sampling.cache import SampleCache, Shard, funnel, merge_shards
+from ctxbench.sampling.cache import SampleCache, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
+from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, build_template, stage_paths, write_run_manifest
 
 log = logging.getLogger(__name__)
