@@ -155,6 +155,9 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     (stopped / "summary.json").unlink()
     manifest = json.loads((stopped / "manifest.json").read_text())
     (stopped / "manifest.json").write_text(json.dumps({**manifest, "dataset": {"examples": 8}}))
+    nxt = json.dumps(dict(records()[0], method="flat", example_id="ex7")) + "\n"
+    with open(stopped / "results.jsonl", "a") as fp:  # the running job is half-way through writing its next line
+        fp.write(nxt[:40])
 
     with caplog.at_level("WARNING"):
         jobs = find_jobs([root])
@@ -166,6 +169,9 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     jobs = find_jobs([root], unfinished=True)
     late = jobs[1]
     assert late.unfinished == (7, 8) and jobs[0].unfinished is None
+    with open(stopped / "results.jsonl", "a") as fp:  # the job finishes the line: the report keeps what it read
+        fp.write(nxt[40:])
+    assert len(late.records()) == len(partial)
     # summarised from its results exactly as the run would have (figures, intervals, comparisons)
     assert json.loads(json.dumps(late.summary)) == written
     assert late.summary["methods"]["flat"]["examples"] == 7

@@ -21,23 +21,27 @@ log = logging.getLogger(__name__)
 class _NumberedLines:
     """Iterates a text file and remembers the number of the line last handed out (jsonlines does not expose it)."""
 
-    def __init__(self, fp):
+    def __init__(self, fp, complete_only: bool = False):
         self._fp = fp
+        self._complete_only = complete_only
         self.lineno = 0
 
     def __iter__(self):
         for line in self._fp:
+            if self._complete_only and not line.endswith("\n"):
+                return  # a last line still being written
             self.lineno += 1
             yield line
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-empty line; a malformed line is a DataError naming file and line."""
+def iter_jsonl(path: str | Path, complete_only: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-empty line; a malformed line is a DataError naming file and line.
+    ``complete_only``: leave out a last line without its newline (reading a file that a running job appends to)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such JSONL file")
     with open(path, encoding="utf-8") as fp:
-        lines = _NumberedLines(fp)
+        lines = _NumberedLines(fp, complete_only)
         reader = jsonlines.Reader(lines)
         while True:
             try:

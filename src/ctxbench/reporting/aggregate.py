@@ -39,6 +39,7 @@ class JobRun:
     superseded: set = field(default_factory=set)  # (method, scorer) a later run gives instead (``resolve_repeats``)
     # a job still running or stopped: (examples scored by every method so far, examples planned)
     unfinished: Optional[tuple] = None
+    snapshot: Optional[list] = None  # an unfinished job's result lines, as read when it was found
 
     @property
     def dataset(self) -> str:
@@ -48,9 +49,12 @@ class JobRun:
         """The per-example result lines of the methods in the summary (none when the job has no results file),
         without the scores of superseded (method, scorer) pairs."""
         path = self.path / RESULTS
-        if not path.exists():
+        if self.snapshot is not None:  # an unfinished job: the lines its summary was made from, not later ones
+            out = [dict(r) for r in self.snapshot]
+        elif path.exists():
+            out = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+        else:
             return []
-        out = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
         for r in out:
             for method, scorer in self.superseded:
                 if r["method"] == method:
@@ -112,7 +116,9 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
     if summary is None:
         config = job.config
         methods = list(config.get("attribution") or {})
-        records = [r for _, r in iter_jsonl(d / RESULTS) if r["method"] in methods]
+        # the job may be writing its next line: only complete lines count
+        records = [r for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
+        job.snapshot = records
         job.summary = run_summary(records, job.scorers(), list(config.get("views", ["seq"])),
                                   StatsSettings(**config.get("stats", {})))
         by_example: dict[str, set] = {}
