@@ -18,7 +18,7 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.parts import build_all
-from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings, bootstrap_ci
 from ctxbench.reporting.tables import compare, markdown_summary, summarize
@@ -89,17 +89,17 @@ def test_bad_stats_settings_name_the_key():
         StatsSettings(n_resamples=0)
 
 
-def write_job(tmp_path: Path, name: str, recs: list[dict], **write_kw) -> Path:
+def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, **write_kw) -> Path:
     job = tmp_path / name
     (job / ".hydra").mkdir(parents=True)
     (job / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": VIEWS, "seed": 3,
+    config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": views, "seed": 3,
               "mode": {"faithfulness": {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer"},
                        "recovery": {"_target_": "ctxbench.metrics.recovery.RecoveryScorer", "fraction": 0.1}},
               "attribution": {m: {} for m in RISE}, "stats": asdict(STATS), "paths": {"root": str(job)}}
     (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
     (job / ".hydra" / "overrides.yaml").write_text(f"- dataset={config['dataset']['name']}\n")
-    write_reports(job, list(RISE), SCORERS, VIEWS, title="t", stats=STATS, **write_kw)
+    write_reports(job, list(RISE), SCORERS, views, title="t", stats=STATS, **write_kw)
     return job
 
 
@@ -185,6 +185,21 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     assert "unfinished" not in write_table1(jobs[:1], tmp_path / "one", "seq", STATS)[2]
 
 
+def test_report_view_follows_what_the_runs_scored(tmp_path):
+    both = find_jobs([write_job(tmp_path, "0_niah_mq_q2", records())])  # seq and row
+    row = find_jobs([write_job(tmp_path, "1_vt_h2_c3", records(), views=["row"])])  # Table 1: row only
+    assert table_view(both) == "seq" and table_view(both, "row") == "row"
+    assert table_view(row) == "row" and table_view(both + row) == "row"
+    with pytest.raises(ConfigError, match="view: .*1_vt_h2_c3 scored the views row, not 'seq'"):
+        table_view(both + row, "seq")
+    rec = find_jobs([write_job(tmp_path, "2_vt_h4_c1", records(), views=["rec"])])
+    with pytest.raises(ConfigError, match=r"view: the runs share no single view to report \(none\)"):
+        table_view(row + rec)
+    # the table is filled from the row view's figures
+    md = write_table1(row, tmp_path / "report", table_view(row), STATS)[2]
+    assert md.startswith("Table 1 layout (row view;")
+
+
 def _compose(overrides):
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -200,7 +215,7 @@ def test_table1_experiment_lists_and_builds_every_method():
         "random", "context_cite", "ifr_span", "input_x_gradient"}
     methods = build_all(cfg.attribution, "attribution", Attributor)
     assert all(isinstance(m, Attributor) for m in methods.values())
-    assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024 and list(cfg.views) == ["seq"]
+    assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024 and list(cfg.views) == ["row"]
     stats = OmegaConf.to_object(cfg.stats)
     assert (stats.baseline, stats.seed, stats.n_resamples) == ("ifr_multi_hop_both", 5, 1000)
 

@@ -98,7 +98,8 @@ class PrepareConfig(DataConfig):
 @dataclass
 class ReportConfig:
     runs: List[str] = field(default_factory=list)  # multirun folders and/or run_exp job dirs
-    view: str = "seq"  # which token view's figures fill the table (the paper's Table 1: seq)
+    # the token view whose figures fill the table; None: seq when every run scored it, else the one view all scored
+    view: Optional[str] = None
     html: bool = True  # write report.html (docs/report.md): the table, and each run's tables, figures, heat maps
     heatmaps: int = 3  # examples per run shown in report.html (those the run stored heat-map data for)
     stats: StatsSettings = field(default_factory=StatsSettings)  # intervals and paired comparisons, from results.jsonl

@@ -129,6 +129,23 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
     return job
 
 
+def table_view(jobs: list[JobRun], requested: Optional[str] = None) -> str:
+    """The token view whose figures fill the table: ``requested`` (refused when a run did not score it), else seq when
+    every run scored it (a default run scores seq, row and rec), else the one view every run scored (Table 1: row)."""
+    scored = [(j, set(j.summary.get("views") or j.config.get("views") or ())) for j in jobs]
+    scored = [(j, v) for j, v in scored if v]  # a hand-made summary may not say: it does not narrow the choice
+    if requested:
+        for job, views in scored:
+            if requested not in views:
+                raise ConfigError(f"view: {job.path} scored the views {', '.join(sorted(views))}, not {requested!r}")
+        return requested
+    common = set.intersection(*(v for _, v in scored)) if scored else {"seq"}
+    if "seq" in common or len(common) == 1:
+        return "seq" if "seq" in common else common.pop()
+    raise ConfigError("view: the runs share no single view to report "
+                      f"({'none' if not common else ', '.join(sorted(common))}); set view=<one of their views>")
+
+
 def resolve_repeats(jobs: list[JobRun], prefer_later: bool = False) -> None:
     """A task and method scored by the same scorer in two jobs is refused, or with ``prefer_later`` taken from the
     later job (in ``runs`` order): the earlier job's scores of it are marked superseded. Table 1 needs the second:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
@@ -28,17 +28,18 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     jobs = find_jobs(attribution_runs, cfg.get("prefer_later", False), cfg.get("unfinished", False)) \
         if attribution_runs else []
     out = {}
+    view = table_view(jobs, cfg.get("view")) if jobs else (cfg.get("view") or "seq")
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
-        md_path, csv_path, md = write_table1(jobs, output_dir, view=cfg.view, stats=stats)
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats)
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))
         if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
-            out["html"] = str(write_report_html(jobs, table1(jobs, cfg.view, stats), output_dir, cfg.heatmaps))
+            out["html"] = str(write_report_html(jobs, table1(jobs, view, stats), output_dir, cfg.heatmaps))
             log.info("-> %s", out["html"])
     if retrieval:
-        md_path, md = write_report(retrieval, jobs, output_dir, view=cfg.view)
+        md_path, md = write_report(retrieval, jobs, output_dir, view=view)
         print(md)
         log.info("%d retrieval runs -> %s", len(retrieval), md_path)
         out["retrieval"] = str(md_path)
