@@ -224,3 +224,45 @@ def test_report_cli_writes_table1(tmp_path):
                           f"hydra.run.dir={tmp_path / 'report2'}"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == f"error: {tmp_path / 'nope'}: no such run or multirun folder"
+
+
+def test_paper_table1_figures_and_orderings(tmp_path):
+    from ctxbench.reporting.paper import load_paper, ordering_rows, ranked
+
+    paper = load_paper()
+    # FlashTrace's row is spec §6's (RISE, MAS, RISE+AP, Recall@10%)
+    assert paper[("niah_mq_q2", "ifr_multi_hop_both")] == {"RISE": 0.068, "MAS": 0.163, "RISE+AP": 0.163,
+                                                           "Recall@10%": 0.483}
+    assert paper[("vt_h2_c3", "ifr_multi_hop_both")]["Recall@10%"] == 0.698
+    assert "Recall@10%" not in paper[("morehopqa", "ifr_multi_hop_both")]
+    assert paper[("niah_mv_v2", "ifr_all_positions")] == {"RISE": 0.069, "MAS": 0.134, "Recall@10%": 0.575}
+    assert ranked({"a": 0.2, "b": 0.1, "c": 0.2}, higher_is_better=False) == "b, a = c"
+    metrics = [{"label": "RISE", "higher_is_better": False}, {"label": "Recall@10%", "higher_is_better": True}]
+    # here: IFR beats FlashTrace on RISE (the paper: FlashTrace 0.068 < IFR 0.075 < AttnLRP 0.196); recall as the paper
+    cells = {("niah_mq_q2", "ifr_multi_hop_both"): {"RISE": 0.20, "Recall@10%": 0.6},
+             ("niah_mq_q2", "ifr_all_positions"): {"RISE": 0.10, "Recall@10%": 0.5},
+             ("niah_mq_q2", "attnlrp"): {"RISE": 0.30, "Recall@10%": None},
+             ("niah_mq_q2", "random"): {"RISE": 0.05, "Recall@10%": 0.1}}  # not in the paper: left out
+    comps = [{"dataset": "niah_mq_q2", "label": "RISE", "a": "ifr_multi_hop_both", "b": "ifr_all_positions",
+              "better": "b", "significant": True}]
+    rows = ordering_rows(["niah_mq_q2"], list(dict.fromkeys(m for _, m in cells)), metrics, cells, comps, paper)
+    assert rows == [
+        {"dataset": "niah_mq_q2", "metric": "RISE", "paper": "ifr_multi_hop_both, ifr_all_positions, attnlrp",
+         "here": "ifr_all_positions, ifr_multi_hop_both, attnlrp",
+         "swapped": [{"paper": "ifr_multi_hop_both", "here": "ifr_all_positions", "significant": True}]},
+        {"dataset": "niah_mq_q2", "metric": "Recall@10%", "paper": "ifr_multi_hop_both, ifr_all_positions",
+         "here": "ifr_multi_hop_both, ifr_all_positions", "swapped": []}]
+    comps[0]["significant"] = False
+    assert ordering_rows(["niah_mq_q2"], ["ifr_multi_hop_both", "ifr_all_positions"], metrics[:1], cells, comps,
+                         paper)[0]["swapped"][0]["significant"] is False
+    assert ordering_rows(["niah_mq_q2"], ["ifr_all_positions", "attnlrp"], metrics[:1], cells, [],
+                         paper)[0]["swapped"] == []  # same order as the paper
+    # through the report: a section after the comparisons, and in table1.json
+    root = tmp_path / "multirun"
+    make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop_both", "attnlrp"])
+    _, _, md = write_table1(find_jobs([root]), tmp_path / "out", paper=True)
+    assert "## Against the paper's Table 1" in md
+    assert "| niah_mq_q2 | RISE | ifr_multi_hop_both, attnlrp | ifr_multi_hop_both = attnlrp | none |" in md
+    saved = json.loads((tmp_path / "out" / "table1.json").read_text())
+    assert saved["paper_ordering"][0]["metric"] == "RISE"
+    assert "Against the paper" not in write_table1(find_jobs([root]), tmp_path / "out2")[2]

@@ -107,6 +107,7 @@ class ReportConfig:
     prefer_later: bool = False
     # jobs without summary.json: left out with a warning, or reported from their results so far, marked unfinished
     unfinished: bool = False
+    paper: bool = False  # also the methods' order against the paper's Table 1 (resources/table1/paper.csv)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.parts import build_all
+from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
                                       stat_cell, summarize)
@@ -295,9 +296,10 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 
 
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
-                 stats: Optional[StatsSettings] = None) -> tuple[Path, Path, str]:
-    """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons), ``table1.csv`` (one row per
-    dataset: means per method/metric) and ``table1.json`` (every cell's figures and the comparisons)."""
+                 stats: Optional[StatsSettings] = None, paper: bool = False) -> tuple[Path, Path, str]:
+    """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons, and with ``paper`` the order of
+    the methods against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and
+    ``table1.json`` (every cell's figures, the comparisons and the orderings)."""
     stats = stats or StatsSettings()
     datasets, methods, metrics, cells = table1(jobs, view, stats)
     metrics = [m for m in metrics
@@ -305,13 +307,16 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     labels = [m["label"] for m in metrics]
     comps = comparisons(jobs, view, stats)
 
+    orderings = ordering_rows(datasets, methods, metrics, cells, comps, load_paper()) if paper else None
+
     def n_of(d):
         return task_n(cells, d, methods)
 
     md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
                     *table1_markdown(datasets, methods, metrics, cells, n_of),
-                    *comparisons_markdown(comps, datasets, metrics, stats)])
+                    *comparisons_markdown(comps, datasets, metrics, stats),
+                    *(["", *ordering_markdown(orderings)] if paper else [])])
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
@@ -327,7 +332,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
-        "comparisons": comps,
+        "comparisons": comps, "paper_ordering": orderings,
         "unfinished": [{"run": str(j.path), "examples": j.unfinished[0], "planned": j.unfinished[1]}
                        for j in jobs if j.unfinished]}, indent=2) + "\n", encoding="utf-8")
     return md_path, csv_path, md

@@ -31,7 +31,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     view = table_view(jobs, cfg.get("view")) if jobs else (cfg.get("view") or "seq")
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
-        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats)
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False))
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))
