@@ -102,8 +102,10 @@ def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: d
     """Attribute with each method and score it with every scorer, yielding ``(method, result, record)`` as each
     method finishes (so that a caller can write it before the next, possibly long, method starts)."""
     mi = prepared.model_input
+    # per-token methods explain only the rows the views read (Table 1's row view: the answer span's)
+    rows = token_views.rows_read(views, mi.G, prepared.sink_span)
     for name, attributor in attributors.items():
-        result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span)
+        result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span, rows)
         weights = view_weights(result, prepared.sink_span, views)
         record = {"example_id": prepared.example.example_id, "method": name, "P": mi.P, "G": mi.G,
                   "sink_span": prepared.sink_span, "thinking_span": prepared.thinking_span,

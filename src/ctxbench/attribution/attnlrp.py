@@ -91,9 +91,10 @@ class AttnLRPAttributor(_LRPMethod, _Baseline):
         with explaining(model):
             lp = self._lrp_pass(model, ctx, timings)
             t0 = time.perf_counter()
-            eye = torch.eye(ctx.G, device=lp.logits.device)
-            full = torch.cat([lp.relevance(eye[r:r + self.row_batch] if self.row_batch > 1 else eye[r])
-                              .reshape(-1, ctx.T) for r in range(0, ctx.G, self.row_batch)])
+            rows = torch.as_tensor(ctx.row_indices(), device=lp.logits.device)
+            eye = torch.eye(ctx.G, device=lp.logits.device)[rows]
+            full = torch.cat([lp.relevance(eye[i:i + self.row_batch] if self.row_batch > 1 else eye[i])
+                              .reshape(-1, ctx.T) for i in range(0, len(rows), self.row_batch)])
         return self._finish(ctx, full, timings, t0)
 
 

@@ -65,10 +65,14 @@ class Attributor(ABC):
     def params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def attribute(self, model, tokenizer, model_input, sink_span: Span = None,
-                  thinking_span: Span = None) -> AttributionResult:
+    def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
+                  rows: Optional[Sequence[int]] = None) -> AttributionResult:
+        """``rows``: the generated-token rows the caller will read (None: all). Methods that explain each generated
+        token separately (their cost grows with the rows) compute only these and leave the others NaN; the others
+        ignore it."""
         t0 = time.perf_counter()
         ctx = InputContext.from_model_input(model, model_input)
+        ctx.rows = check_rows(rows, ctx.G)
         sink = check_span(sink_span, ctx.G, "sink_span")
         think = check_span(thinking_span, ctx.G, "thinking_span")
         timings: dict = {}
@@ -88,6 +92,7 @@ class InputContext:
     input_ids: torch.Tensor  # (T,) on the model's device
     prompt_positions: torch.Tensor  # (P,) on the model's device
     gen_start: int
+    rows: Optional[np.ndarray] = None  # generated-token rows the caller reads (None: all), ascending
 
     @classmethod
     def from_model_input(cls, model, mi) -> "InputContext":
@@ -123,6 +128,10 @@ class InputContext:
         """Project a full-sequence vector (..., T) onto the columns (..., P+G)."""
         return v[..., self.columns]
 
+    def row_indices(self) -> np.ndarray:
+        """The generated-token rows to compute (``rows``, or all G)."""
+        return np.arange(self.G) if self.rows is None else self.rows
+
     def gen_rows(self, span) -> torch.Tensor:
         """Absolute positions of a closed generated-token span."""
         return torch.arange(self.gen_start + span[0], self.gen_start + span[1] + 1, device=self.input_ids.device)
@@ -135,6 +144,16 @@ def check_span(span: Span, G: int, name: str):
     if not 0 <= s <= e < G:
         raise ValueError(f"{name}={list(span)} is not a closed interval inside the {G} generated tokens")
     return (s, e)
+
+
+def check_rows(rows: Optional[Sequence[int]], G: int) -> Optional[np.ndarray]:
+    """Requested rows as an ascending array of distinct indices in [0, G); None stays None (all rows)."""
+    if rows is None:
+        return None
+    out = np.unique(np.asarray(rows, dtype=np.int64).reshape(-1))
+    if out.size == 0 or out[0] < 0 or out[-1] >= G:
+        raise ValueError(f"rows must be generated-token indices in [0, {G}), got {list(np.asarray(rows).ravel())}")
+    return out
 
 
 def empty_matrix(G: int, P: int) -> np.ndarray:

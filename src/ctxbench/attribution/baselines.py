@@ -1,7 +1,8 @@
 """Baselines (docs/attribution.md, "Baselines"): last-layer attention, input x gradient, integrated gradients, random.
 
 Row t explains generated token t, read at the position that predicts it (gen_start + t - 1); its columns are the
-prompt tokens and the generated tokens before t (the causal past), other columns 0.
+prompt tokens and the generated tokens before t (the causal past), other columns 0. Only the rows the caller reads
+are computed (``InputContext.rows``); the others are NaN.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import ClassVar, Iterator, Optional
 import numpy as np
 import torch
 
-from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask
+from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, empty_matrix
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.models.attention import attention_kernel
@@ -25,15 +26,21 @@ from ctxbench.tokens import eos_id
 @dataclass
 class _Baseline(Attributor):
     def _finish(self, ctx, full: torch.Tensor, timings, t0) -> AttributionResult:
-        """full: (G, T) scores over absolute positions -> causal (G, P+G) matrix."""
-        A = ctx.to_columns(full).detach().float().cpu().numpy()
-        A = np.where(causal_column_mask(ctx.P, ctx.G), A, 0.0).astype(np.float32)
+        """full: (R, T) scores of the rows ``ctx.row_indices()`` over absolute positions -> causal (G, P+G) matrix,
+        NaN in the rows not computed."""
+        rows = ctx.row_indices()
+        A = empty_matrix(ctx.G, ctx.P)
+        A[rows] = np.where(causal_column_mask(ctx.P, ctx.G)[rows], ctx.to_columns(full).detach().float().cpu().numpy(),
+                           0.0)
         timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G))
+        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows)
 
 
-def _predicting_rows(ctx) -> torch.Tensor:
-    return torch.arange(ctx.gen_start - 1, ctx.T - 1, device=ctx.input_ids.device)
+def _predicting_rows(ctx, rows: Optional[np.ndarray] = None) -> torch.Tensor:
+    """Positions that predict generated tokens ``rows`` (all when None)."""
+    t = torch.arange(ctx.G, device=ctx.input_ids.device) if rows is None else \
+        torch.as_tensor(rows, device=ctx.input_ids.device)
+    return ctx.gen_start - 1 + t
 
 
 def _check_ig(method: str, steps: int, batch: int) -> None:
@@ -59,7 +66,7 @@ class AttentionAttributor(_Baseline):
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
-        rows = _predicting_rows(ctx)
+        rows = _predicting_rows(ctx, ctx.row_indices())
         with torch.no_grad():
             cap = capture(model, ctx.input_ids, int(rows[0]))
             timings["capture"] = cap.seconds
@@ -73,9 +80,10 @@ class AttentionAttributor(_Baseline):
 
 
 def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str]) -> torch.Tensor:
-    """For a batch of input embeddings (B, T, d): sum over the batch of grad_e log p(y_t) . ref, per generated token t.
+    """For a batch of input embeddings (B, T, d): sum over the batch of grad_e log p(y_t) . ref, per generated token t
+    of ``ctx.row_indices()``.
 
-    Returns (G, T). One forward per batch, then one backward per generated token (graph retained), because each
+    Returns (R, T). One forward per batch, then one backward per token explained (graph retained), because each
     token is a separate output to explain. The pass runs on ``attn_impl`` (a fused kernel keeps no T x T matrix per
     layer for the backward passes; the gradients are the same up to rounding).
     """
@@ -85,10 +93,11 @@ def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl
         logits = predicting_logits(model, ctx.gen_start, inputs_embeds=embeds)  # (B, G, V)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.view(1, -1, 1).expand(embeds.shape[0], -1, 1))
     logp = logp.squeeze(-1).sum(0)  # (G,): batch elements are independent, so their gradients just add up
-    out = torch.zeros(ctx.G, ctx.T, device=embeds.device)
-    for t in range(ctx.G):
-        (g,) = torch.autograd.grad(logp[t], embeds, retain_graph=t < ctx.G - 1)
-        out[t] = (g.float() * ref).sum(-1).sum(0)
+    rows = ctx.row_indices()
+    out = torch.zeros(len(rows), ctx.T, device=embeds.device)
+    for i, t in enumerate(rows):
+        (g,) = torch.autograd.grad(logp[t], embeds, retain_graph=i < len(rows) - 1)
+        out[i] = (g.float() * ref).sum(-1).sum(0)
     return out
 
 
@@ -103,7 +112,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     wts[0] /= 2
     wts[-1] /= 2
     dtype = next(model.parameters()).dtype
-    total = torch.zeros(ctx.G, ctx.T, device=x.device)
+    total = torch.zeros(len(ctx.row_indices()), ctx.T, device=x.device)
     for b0 in range(0, steps, batch):
         a = alphas[b0:b0 + batch].view(-1, 1, 1)
         # the step weight is folded into the reference vector so one backward serves the whole batch
@@ -179,5 +188,6 @@ class RandomAttributor(_Baseline):
         t0 = time.perf_counter()
         ids = ctx.input_ids.detach().cpu().numpy().astype(np.uint64)
         rng = np.random.default_rng([int(self.seed), int(ids.sum() % (1 << 63)), ids.size])
-        full = torch.as_tensor(rng.random((ctx.G, ctx.T), dtype=np.float32), device=ctx.input_ids.device)
+        full = torch.as_tensor(rng.random((ctx.G, ctx.T), dtype=np.float32)[ctx.row_indices()],
+                               device=ctx.input_ids.device)
         return self._finish(ctx, full, timings, t0)

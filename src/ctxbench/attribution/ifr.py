@@ -382,15 +382,17 @@ class SpanIFRAttributor(IFRAttributorBase):
 
 @dataclass
 class AllPositionsIFRAttributor(IFRAttributorBase):
-    """Per-token IFR: row t is the IFR of the sink at generated token t (every generated token)."""
+    """Per-token IFR: row t is the IFR of the sink at generated token t (every generated token the caller reads)."""
 
     method: ClassVar[str] = "ifr_all_positions"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
+        rows = ctx.row_indices()
         with torch.no_grad():
             cap = self._capture(model, ctx, timings)
             t0 = time.perf_counter()
-            M = per_token_ifr(cap, ctx.gen_rows((0, ctx.G - 1)), self.cfg)
-            A = ctx.to_columns(M).cpu().numpy().astype(np.float32)
+            M = per_token_ifr(cap, ctx.gen_start + torch.as_tensor(rows, device=ctx.input_ids.device), self.cfg)
+            A = empty_matrix(ctx.G, ctx.P)
+            A[rows] = ctx.to_columns(M).cpu().numpy()
             timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G))
+        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows)

@@ -60,6 +60,18 @@ def rec(A: np.ndarray, P: int, sink_span=None) -> np.ndarray:
 VIEWS = {"seq": lambda A, P, span=None: seq(A, P), "row": row, "rec": rec}
 
 
+def rows_read(names, G: int, sink_span=None):
+    """The matrix rows the given views read, ascending, or None when that is every row: seq reads all, row the sink
+    span's, rec the rows up to the span's end (it hands mass back to earlier generated tokens)."""
+    s, e = (0, G - 1) if sink_span is None else (int(sink_span[0]), int(sink_span[1]))
+    read: set = set()
+    for name in names:
+        if name not in VIEWS:
+            raise ValueError(f"unknown view {name!r}; expected one of {sorted(VIEWS)}")
+        read |= set(range(G)) if name == "seq" else set(range(s, e + 1)) if name == "row" else set(range(e + 1))
+    return None if len(read) == G else np.array(sorted(read), dtype=np.int64)
+
+
 def view(name: str, A: np.ndarray, P: int, sink_span=None) -> np.ndarray:
     if name not in VIEWS:
         raise ValueError(f"unknown view {name!r}; expected one of {sorted(VIEWS)}")

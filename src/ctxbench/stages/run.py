@@ -142,7 +142,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views):
                 record["config"] = fingerprints[method]
                 if decoded is not None:  # before the record, which marks the method done
-                    _write_heatmap(output_dir, decoded, prepared, result, method)
+                    _write_heatmap(output_dir, decoded, prepared, result, method, views[0])
                     _write_heatmap_data(output_dir, decoded, prepared, method, result, views)
                 results.append(record)
                 if cfg.save_traces:
@@ -178,10 +178,12 @@ def _write_heatmap_data(output_dir: Path, decoded, prepared, method: str, result
                        methods={method: method_heatmap(result, view_weights(result, prepared.sink_span, views))})
 
 
-def _write_heatmap(output_dir: Path, decoded, prepared, result, method: str) -> None:
-    w = view_weights(result, prepared.sink_span, ["seq"])["seq"]
+def _write_heatmap(output_dir: Path, decoded, prepared, result, method: str, view: str) -> None:
+    """The example's heat-map page in the run's first view (the rows a per-token method computed are those the run's
+    views read, so another view could see rows that were never filled)."""
+    w = view_weights(result, prepared.sink_span, [view])[view]
     tokens, generated = decoded
-    page = heatmap_html(tokens, w, title=f"{method} on {prepared.example.example_id} (seq view)",
+    page = heatmap_html(tokens, w, title=f"{method} on {prepared.example.example_id} ({view} view)",
                         gold=prepared.evidence_tokens or (), generated=generated)
     path = output_dir / "heatmaps" / method / f"{safe_filename(prepared.example.example_id)}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
