@@ -53,11 +53,11 @@ class ChatServer:
                 with server.lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self.counted = True
                 try:
                     server.handle(self, body)
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    server.done(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -69,8 +69,16 @@ class ChatServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    @staticmethod
-    def send(h, code, obj=None, raw=None, headers=None):
+    def done(self, h):
+        """The request stops counting as in flight, before its response goes out: a client that has read a response
+        may send its next request before this thread runs again, and that is not two requests at once."""
+        with self.lock:
+            if getattr(h, "counted", False):
+                self.in_flight -= 1
+                h.counted = False
+
+    def send(self, h, code, obj=None, raw=None, headers=None):
+        self.done(h)
         data = raw if raw is not None else json.dumps(obj).encode()
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
