@@ -149,7 +149,8 @@ def method_pairs(methods: list[str], baseline: Optional[str] = None) -> list[tup
     if baseline is None:
         return list(combinations(methods, 2))
     if baseline not in methods:
-        raise ConfigError(f"stats.baseline: {baseline!r} is not among the methods ({', '.join(methods)})")
+        raise ConfigError(f"stats.baseline: {baseline!r} is not among the methods ({', '.join(methods)}); "
+                          "name one of them, or stats.baseline=null to compare all pairs")
     return [(m, baseline) for m in methods if m != baseline]
 
 
