@@ -40,7 +40,8 @@ class JobRun:
     superseded: set = field(default_factory=set)  # (method, scorer) a later run gives instead (``resolve_repeats``)
     # a job still running or stopped: (examples scored by every method so far, examples planned)
     unfinished: Optional[tuple] = None
-    snapshot: Optional[list] = None  # an unfinished job's result lines, as read when it was found
+    # the job's result lines, read once (an unfinished job's as they were when it was found, not later ones)
+    lines: Optional[list] = None
 
     @property
     def dataset(self) -> str:
@@ -50,12 +51,11 @@ class JobRun:
         """The per-example result lines of the methods in the summary (none when the job has no results file),
         without the scores of superseded (method, scorer) pairs."""
         path = self.path / RESULTS
-        if self.snapshot is not None:  # an unfinished job: the lines its summary was made from, not later ones
-            out = [dict(r) for r in self.snapshot]
-        elif path.exists():
-            out = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
-        else:
-            return []
+        if self.lines is None:
+            if not path.exists():
+                return []
+            self.lines = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+        out = [dict(r) for r in self.lines]  # the caller's copies: superseded scores are blanked in them only
         for r in out:
             for method, scorer in self.superseded:
                 if r["method"] == method:
@@ -119,7 +119,7 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
         methods = list(config.get("attribution") or {})
         # the job may be writing its next line: only complete lines count
         records = [r for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
-        job.snapshot = records
+        job.lines = records
         job.summary = run_summary(records, job.scorers(), list(config.get("views", ["seq"])),
                                   StatsSettings(**config.get("stats", {})))
         by_example: dict[str, set] = {}
@@ -296,12 +296,14 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 
 
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
-                 stats: Optional[StatsSettings] = None, paper: bool = False) -> tuple[Path, Path, str]:
+                 stats: Optional[StatsSettings] = None, paper: bool = False,
+                 table: Optional[tuple] = None) -> tuple[Path, Path, str]:
     """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons, and with ``paper`` the order of
     the methods against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and
-    ``table1.json`` (every cell's figures, the comparisons and the orderings)."""
+    ``table1.json`` (every cell's figures, the comparisons and the orderings). ``table``: ``table1(jobs, view,
+    stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
-    datasets, methods, metrics, cells = table1(jobs, view, stats)
+    datasets, methods, metrics, cells = table or table1(jobs, view, stats)
     metrics = [m for m in metrics
                if any(cells.get((d, me), {}).get(m["label"]) is not None for d in datasets for me in methods)]
     labels = [m["label"] for m in metrics]

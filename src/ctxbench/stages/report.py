@@ -31,12 +31,14 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     view = table_view(jobs, cfg.get("view")) if jobs else (cfg.get("view") or "seq")
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
-        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False))
+        table = table1(jobs, view, stats)
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False),
+                                             table=table)
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))
         if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
-            out["html"] = str(write_report_html(jobs, table1(jobs, view, stats), output_dir, cfg.heatmaps))
+            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps))
             log.info("-> %s", out["html"])
     if retrieval:
         md_path, md = write_report(retrieval, jobs, output_dir, view=view)
