@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxbench.metrics.faithfulness import (auc, block_sizes, curve_metrics, deletion_schedule, deletion_scores,
-                                           density_curve, faithfulness_for_views, mas, normalized_curve, rise, rise_ap)
+from ctxbench.metrics.faithfulness import (FaithfulnessScorer, auc, block_sizes, curve_metrics, deletion_schedule,
+                                           deletion_scores, density_curve, faithfulness_for_views, mas, normalized_curve,
+                                           rise, rise_ap)
 from ctxbench.prompts.formats import ModelInput
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_views_share_inputs(tiny_llama):
     res = faithfulness_for_views(tiny_llama, mi, views, PAD, batch_size=5, stats=stats)
     # K = 12: 13 inputs per view, 39 requested; distinct: nothing deleted, 11 partial sets for seq(=row),
     # 11 others for rec (the bottom t tokens are never the top t for t < 12), everything deleted -> 24
-    assert stats == {"sequences": 24, "requested": 39, "forward_passes": 5}
+    assert stats == {"sequences": 24, "reused": 0, "requested": 39, "forward_passes": 5}
     for view, wv in views.items():
         sched = deletion_schedule(wv)
         expected = _one_at_a_time(tiny_llama, mi, sched.blocks)
@@ -188,6 +189,53 @@ def test_views_share_inputs(tiny_llama):
     assert res["seq"]["curve"] == res["row"]["curve"]
     # rec's weights sum below 0: its density is the straight line
     assert res["rec"]["density"] == pytest.approx(np.linspace(1, 0, 13).tolist())
+
+
+def test_scorer_reuses_an_examples_inputs_across_methods(tiny_llama):
+    """Methods scored one after another on one example run the inputs they share once (nothing deleted for all,
+    everything rankable deleted for those with the same rank mask); the curves are those of a fresh computation."""
+    from types import SimpleNamespace
+
+    tok = SimpleNamespace(eos_token_id=PAD)
+    mi = _toy_input(P=12)
+    rng = np.random.default_rng(3)
+    scorer = FaithfulnessScorer(batch_size=5)
+
+    def score(model, mi, w, stop=None):
+        prepared, result = SimpleNamespace(model_input=mi), SimpleNamespace(prompt_stop_mask=stop)
+        rec = scorer.score(model, tok, prepared, result, {"row": w})
+        return rec["faithfulness"]["row"]["curve"], rec["faithfulness_stats"]
+
+    def fresh(mi, w, stop=None):
+        mask = None if stop is None else ~stop
+        return faithfulness_for_views(tiny_llama, mi, {"row": w}, PAD, rank_mask=mask, batch_size=5)["row"]["curve"]
+
+    stop = np.zeros(12, bool)
+    stop[[2, 7]] = True
+    w1, w2, w3 = rng.random(12), rng.random(12), rng.random(12)
+    # K = 12: 13 inputs each; the first method runs them all
+    c1, st1 = score(tiny_llama, mi, w1)
+    assert (st1["sequences"], st1["reused"], st1["forward_passes"]) == (13, 0, 3)
+    c2, st2 = score(tiny_llama, mi, w2)  # same rankable tokens: step 0 and the last input are reused
+    assert (st2["sequences"], st2["reused"], st2["forward_passes"]) == (11, 2, 3)
+    c3, st3 = score(tiny_llama, mi, w3, stop)  # K = 10 over the 10 rankable tokens; its last input is its own
+
+    def deleted_sets(w, mask=None):
+        order = deletion_schedule(w, mask).blocks
+        return {frozenset(np.concatenate([np.empty(0, int), *order[:t]]).tolist()) for t in range(len(order) + 1)}
+
+    seen = deleted_sets(w1) | deleted_sets(w2)
+    shared = len(deleted_sets(w3, ~stop) & seen)  # nothing deleted, and any prefix that happens to agree
+    assert shared >= 1 and (st3["sequences"], st3["reused"]) == (11 - shared, shared)
+    assert c1 == fresh(mi, w1) and c2 == fresh(mi, w2) and c3 == fresh(mi, w3, stop)
+    assert c2[0] == c1[0] and c2[-1] == c1[-1] and c3[0] == c1[0]
+    # another example, or another model on this one, starts afresh
+    other = _toy_input(P=12, seed=2)
+    assert score(tiny_llama, other, w1)[1]["reused"] == 0
+    twin = type(tiny_llama)(tiny_llama.config).eval()
+    c_twin, st = score(twin, other, w1)
+    assert st["reused"] == 0 and c_twin == faithfulness_for_views(twin, other, {"row": w1}, PAD,
+                                                                  batch_size=5)["row"]["curve"]
 
 
 def test_views_with_rank_mask_and_small_p(tiny_llama):

@@ -5,12 +5,15 @@ K = min(20, P) cumulative blocks; ``s_t`` is the log-probability of the generate
 
 All views of one example are scored together: every distinct perturbed input (keyed by the set of deleted prompt tokens)
 is run once, several per forward pass, and views with the same blocks share their curves. The step-0 input (nothing
-deleted) and the last one (every rankable token deleted) are common to all views.
+deleted) and the last one (every rankable token deleted) are common to all views, and the scorer keeps the scores of
+the example's inputs for the next method it scores on the same example (the step-0 input is common to all methods,
+the last one to all methods with the same rankable tokens): 2 of each method's 21 inputs after the first.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
 
@@ -228,8 +231,11 @@ def deletion_scores(model, model_input: _ModelInputLike, blocks_list: Sequence[n
 
 
 def _score_deletion_sets(model, model_input, sets_by_key: Mapping[str, list[np.ndarray]], pad_id: int,
-                         batch_size: int, attn_implementation: Optional[str]) -> tuple[dict[str, np.ndarray], dict]:
-    """Score every distinct deleted set once, all keys batched together; returns curves per key and counts."""
+                         batch_size: int, attn_implementation: Optional[str],
+                         known: Optional[dict[bytes, float]] = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Score every distinct deleted set once, all keys batched together; returns curves per key and counts.
+    ``known``: scores of deleted sets of this same input already run (by ``set.tobytes()``); they are not run again,
+    and the new ones are added to it."""
     ids, gen_start, _ = _check_input(model_input)
     positions = torch.as_tensor(model_input.prompt_positions, dtype=torch.long).reshape(-1)
     if positions.numel() and (int(positions.max()) >= gen_start or int(positions.min()) < 0):
@@ -241,26 +247,33 @@ def _score_deletion_sets(model, model_input, sets_by_key: Mapping[str, list[np.n
             if s.tobytes() not in slot:
                 slot[s.tobytes()] = len(distinct)
                 distinct.append(s)
-    sequences = torch.stack([_perturbed(ids, positions, s, pad_id) for s in distinct])
-    passes: dict = {}
-    with attention_kernel(model, attn_implementation):
-        values = sequence_logprobs(model, sequences, gen_start, batch_size, stats=passes)
-    curves = {k: values[[slot[s.tobytes()] for s in sets]] for k, sets in sets_by_key.items()}
+    known = {} if known is None else known
+    todo = [s for s in distinct if s.tobytes() not in known]
+    passes: dict = {"forward_passes": 0}
+    if todo:
+        sequences = torch.stack([_perturbed(ids, positions, s, pad_id) for s in todo])
+        with attention_kernel(model, attn_implementation):
+            values = sequence_logprobs(model, sequences, gen_start, batch_size, stats=passes)
+        known.update(zip((s.tobytes() for s in todo), values.tolist()))
+    curves = {k: np.array([known[s.tobytes()] for s in sets], dtype=np.float64) for k, sets in sets_by_key.items()}
     requested = sum(len(sets) for sets in sets_by_key.values())
     # The passes actually run: more than ceil(distinct / batch_size) once out-of-memory halved the batch.
-    stats = {"sequences": len(distinct), "requested": requested, "forward_passes": passes["forward_passes"]}
+    stats = {"sequences": len(todo), "reused": len(distinct) - len(todo), "requested": requested,
+             "forward_passes": passes["forward_passes"]}
     return curves, stats
 
 
 def faithfulness_for_views(model, model_input: _ModelInputLike, view_weights: Mapping[str, Any], pad_id: int,
                            rank_mask=None, batch_size: int = 8, max_steps: int = MAX_STEPS,
                            attn_implementation: Optional[str] = "sdpa",
-                           stats: Optional[dict] = None) -> dict[str, dict[str, Any]]:
+                           stats: Optional[dict] = None,
+                           known: Optional[dict[bytes, float]] = None) -> dict[str, dict[str, Any]]:
     """RISE, MAS, RISE+AP, the score curve and the density for each view's prompt weights (length P each).
 
     ``rank_mask`` (P bools, True = rankable) restricts ranking and deletion to those tokens (stop-word methods).
-    ``stats``, when given, receives the counts of distinct sequences scored, sequences requested and forward passes.
-    With no rankable token the metrics are NaN (undefined, not "perfect").
+    ``stats``, when given, receives the counts of distinct sequences run, those taken from ``known`` (the scores of
+    this input's deleted sets from an earlier call, which the new ones are added to), sequences requested and forward
+    passes. With no rankable token the metrics are NaN (undefined, not "perfect").
     """
     P = int(torch.as_tensor(model_input.prompt_positions).numel())
     schedules = {}
@@ -271,7 +284,7 @@ def faithfulness_for_views(model, model_input: _ModelInputLike, view_weights: Ma
         schedules[view] = deletion_schedule(w, rank_mask, max_steps)
     curves, counts = _score_deletion_sets(model, model_input,
                                           {v: _cumulative_sets(s.blocks) for v, s in schedules.items()},
-                                          pad_id, batch_size, attn_implementation)
+                                          pad_id, batch_size, attn_implementation, known)
     if stats is not None:
         stats.update(counts)
     results = {}
@@ -298,6 +311,17 @@ class FaithfulnessScorer(Scorer):
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"faithfulness: steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
+        self._memo: tuple = (None, None, {})  # (the model, the input, its deleted sets' scores): see the module notes
+
+    def _known(self, model, model_input, pad_id: int) -> dict[bytes, float]:
+        """The scores already run for this model and input (the example scored last), else a fresh memo for it."""
+        key = (pad_id, int(model_input.gen_start), torch.as_tensor(model_input.input_ids).cpu().numpy().tobytes(),
+               torch.as_tensor(model_input.prompt_positions).cpu().numpy().tobytes())
+        ref, last, known = self._memo
+        if ref is None or ref() is not model or last != key:
+            known = {}
+            self._memo = (weakref.ref(model), key, known)
+        return known
 
     def metrics(self) -> list[Metric]:
         return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES]
@@ -305,9 +329,10 @@ class FaithfulnessScorer(Scorer):
     def score(self, model, tokenizer, prepared, result, weights):
         rank_mask = None if result.prompt_stop_mask is None else ~np.asarray(result.prompt_stop_mask, dtype=bool)
         stats: dict = {}
-        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=eos_id(tokenizer),
+        pad = eos_id(tokenizer)
+        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=pad,
                                         rank_mask=rank_mask, batch_size=self.batch_size, max_steps=self.steps,
-                                        stats=stats)
+                                        stats=stats, known=self._known(model, prepared.model_input, pad))
         return {self.name: scores, "faithfulness_stats": stats}
 
     def values(self, view_record):
