@@ -6,7 +6,9 @@ One unit = one plain forward pass over prompt + target with the model as the run
 logits at every position); the ratio to the same pass with sdpa attention is printed too. Two cases, three views each:
   (a) seq and row rank alike, rec differs (IFR-like methods write one vector into every row)  goal < 25
   (b) three distinct rankings                                                                 goal < 45
-Prints the distinct deleted inputs scored, forward passes (batches), seconds and the ratio.
+Prints the distinct deleted inputs scored, forward passes (batches), seconds and the ratio. Then (c), Table 1's shape:
+``--methods`` methods scored one after another on the example, one view each, with the scores of the inputs they
+share kept from one method to the next (as the scorer does) against each method scored afresh, and the ratio.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--attn", default="sdpa", help="attention kernel of the deletion passes ('none': the model's)")
+    ap.add_argument("--methods", type=int, default=8, help="methods of case (c), one view each (0: skip it)")
     args = ap.parse_args()
     model, tok, mi = load_smollm2_and_input(args, make_input)
 
@@ -78,6 +81,39 @@ def main() -> None:
     print(f"one forward pass again: {forward2:.3f} s (noise check); with sdpa attention: {fused:.3f} s")
     for name, secs in timings.items():
         print(f"({name}) {secs / min(forward, forward2):.1f} eager / {secs / fused:.1f} sdpa forward-pass equivalents")
+    if args.methods:
+        methods_case(model, tok, mi, args, attn, rng)
+
+
+def methods_case(model, tok, mi, args, attn, rng) -> None:
+    """(c): the same methods' deletion passes with and without the inputs they share kept between them, alternated
+    ``repeats`` times so that both see the same machine."""
+    from ctxbench.metrics.faithfulness import faithfulness_for_views
+
+    weights = [rng.random(mi.P) for _ in range(args.methods)]
+
+    def score_all(shared: bool) -> tuple[int, int]:
+        known: dict = {}
+        inputs = passes = 0
+        for w in weights:
+            stats: dict = {}
+            faithfulness_for_views(model, mi, {"row": w}, tok.eos_token_id, batch_size=args.batch_size,
+                                   attn_implementation=attn, stats=stats, known=known if shared else None)
+            inputs, passes = inputs + stats["sequences"], passes + stats["forward_passes"]
+        return inputs, passes
+
+    secs: dict = {True: [], False: []}
+    counts = {}
+    for _ in range(args.repeats):
+        for shared in (False, True):
+            t0 = time.perf_counter()
+            counts[shared] = score_all(shared)
+            secs[shared].append(time.perf_counter() - t0)
+    for shared, label in ((False, "each afresh"), (True, "shared inputs kept")):
+        print(f"(c: {args.methods} methods, {label}) {counts[shared][0]} inputs run, {counts[shared][1]} forward "
+              f"passes, {min(secs[shared]):.2f} s")
+    print(f"(c) kept / afresh: {min(secs[True]) / min(secs[False]):.3f} of the time, "
+          f"{counts[True][1] / counts[False][1]:.3f} of the passes")
 
 
 if __name__ == "__main__":
