@@ -89,17 +89,19 @@ def test_bad_stats_settings_name_the_key():
         StatsSettings(n_resamples=0)
 
 
-def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, **write_kw) -> Path:
+def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, methods=tuple(RISE), overrides=(),
+              **write_kw) -> Path:
     job = tmp_path / name
     (job / ".hydra").mkdir(parents=True)
     (job / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": views, "seed": 3,
               "mode": {"faithfulness": {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer"},
                        "recovery": {"_target_": "ctxbench.metrics.recovery.RecoveryScorer", "fraction": 0.1}},
-              "attribution": {m: {} for m in RISE}, "stats": asdict(STATS), "paths": {"root": str(job)}}
+              "attribution": {m: {} for m in methods}, "stats": asdict(STATS), "paths": {"root": str(job)}}
     (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
-    (job / ".hydra" / "overrides.yaml").write_text(f"- dataset={config['dataset']['name']}\n")
-    write_reports(job, list(RISE), SCORERS, views, title="t", stats=STATS, **write_kw)
+    (job / ".hydra" / "overrides.yaml").write_text(
+        "".join(f"- {o}\n" for o in (f"dataset={config['dataset']['name']}", *overrides)))
+    write_reports(job, list(methods), SCORERS, views, title="t", stats=STATS, **write_kw)
     return job
 
 
@@ -143,6 +145,22 @@ def test_report_table1_layout_with_intervals(tmp_path):
     saved = json.loads((tmp_path / "report" / "table1.json").read_text())
     assert len(saved["comparisons"]) == 3 * 4 + 1 * 4 and saved["stats"]["n_resamples"] == 200
     assert csv_path.read_text().splitlines()[0].startswith("dataset,n,good/RISE,good/MAS")
+
+
+def test_report_pairs_methods_split_between_runs(tmp_path):
+    """Table 1 on a CPU runs IG in a sweep of its own: the report joins the folders task by task, and its comparisons
+    pair the methods of both by example, as for one run holding them all."""
+    split = find_jobs([
+        write_job(tmp_path / "faith", "0_niah_mq_q2", records(("good", "flat")), methods=("good", "flat"),
+                  overrides=["attribution=[good,flat]"]),
+        write_job(tmp_path / "ig", "0_niah_mq_q2", records(("mixed",)), methods=("mixed",),
+                  overrides=["attribution=[mixed]", "stats.baseline=null"])])
+    whole = find_jobs([write_job(tmp_path / "one", "0_niah_mq_q2", records())])
+    md = write_table1(split, tmp_path / "split", "seq", STATS)[2]
+    assert md == write_table1(whole, tmp_path / "whole", "seq", STATS)[2]
+    rows = json.loads((tmp_path / "split" / "table1.json").read_text())["comparisons"]
+    gm = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("good", "mixed", "RISE"))
+    assert gm["n"] == 7 and gm["diff"] == pytest.approx(sum(g - m for g, m in zip(RISE["good"], RISE["mixed"][:7])) / 7)
 
 
 def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
