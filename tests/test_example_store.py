@@ -119,3 +119,35 @@ def test_store_validates_before_writing(tmp_path):
 def test_validate_accepts_all_null_optionals():
     validate_example(dict(prompt="p", target=None, indices_to_explain=None, attr_mask_indices=None,
                           sink_span=None, thinking_span=None, metadata={}))
+
+
+def test_store_refuses_a_second_writer_and_loses_nothing(tmp_path):
+    """The same job started twice: the second writer (here another process, holding a line half-written) is refused
+    with one line naming the file, before it could cut that line as torn or write the same keys."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "cache.jsonl"
+    with ExampleStore(p) as store:
+        store.add(CachedExample(**row(0)))
+        with pytest.raises(DataError, match=r"cache.jsonl: another process is writing this file"):
+            ExampleStore(p)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys\n"
+            "from ctxbench.example import ExampleStore\n"
+            f"store = ExampleStore({str(p)!r})\n"
+            "store._fp.write('{\"prompt\": \"half'); store._fp.flush()\n"  # a line in progress
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "store._fp.write('\"}\\n'); store.close()\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(DataError, match="another process is writing"):
+            ExampleStore(p)
+        assert p.read_text().endswith('{"prompt": "half')  # not cut as a torn line
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+    assert p.read_text().splitlines()[-1] == '{"prompt": "half"}'  # the other writer finished its line

@@ -13,6 +13,11 @@ from typing import Any, Callable, Iterator, Optional
 
 import jsonlines
 
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None
+
 from ctxbench.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,9 @@ class AppendOnlyJsonl:
 
     On open, a torn last line (a crash mid-write: no trailing newline, or not valid JSON) is cut off so the file stays
     valid; every complete line is kept. ``key`` extracts the identity used for resuming (e.g. the example id).
+    One writer at a time: the file is locked (``flock``) while open, and a second writer, in this process or another
+    (the same job started twice), is refused before it reads or cuts anything, since it would take the first one's
+    line in progress for a torn one and both would write the same keys.
     """
 
     def __init__(self, path: str | Path, key: Callable[[dict[str, Any]], str],
@@ -71,7 +79,9 @@ class AppendOnlyJsonl:
         self._key = key
         self.done: set[str] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        self._fp = open(self.path, "a", encoding="utf-8")
+        try:
+            self._lock()
             self._repair_tail()
             for lineno, obj in iter_jsonl(self.path):
                 if validate is not None:
@@ -80,8 +90,19 @@ class AppendOnlyJsonl:
                 if k in self.done:
                     raise DataError(f"duplicate key {k!r}", file=self.path, line=lineno)
                 self.done.add(k)
-        self._fp = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            self._fp.close()
+            raise
         self._writer = jsonlines.Writer(self._fp, dumps=_dumps, flush=True)
+
+    def _lock(self) -> None:
+        if fcntl is None:  # no flock on this platform: one writer is the caller's to ensure
+            return
+        try:
+            fcntl.flock(self._fp.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError("another process is writing this file (the same job running twice?); wait for it to end "
+                            "or stop it, then rerun to resume", file=self.path) from None
 
     def _repair_tail(self) -> None:
         data = self.path.read_bytes()
