@@ -103,6 +103,8 @@ class AppendOnlyJsonl:
         except BlockingIOError:
             raise DataError("another process is writing this file (the same job running twice?); wait for it to end "
                             "or stop it, then rerun to resume", file=self.path) from None
+        except OSError as exc:  # a file system without locks (some network mounts): write on, unguarded
+            log.warning("%s: cannot lock (%s); make sure one process writes it at a time", self.path, exc)
 
     def _repair_tail(self) -> None:
         data = self.path.read_bytes()
