@@ -7,7 +7,7 @@ All views of one example are scored together: every distinct perturbed input (ke
 is run once, several per forward pass, and views with the same blocks share their curves. The step-0 input (nothing
 deleted) and the last one (every rankable token deleted) are common to all views, and the scorer keeps the scores of
 the example's inputs for the next method it scores on the same example (the step-0 input is common to all methods,
-the last one to all methods with the same rankable tokens): 2 of each method's 21 inputs after the first.
+the last one to all methods with the same rankable tokens): up to 2 of each method's 21 inputs after the first.
 """
 
 from __future__ import annotations
