@@ -240,15 +240,12 @@ def _score_deletion_sets(model, model_input, sets_by_key: Mapping[str, list[np.n
     positions = torch.as_tensor(model_input.prompt_positions, dtype=torch.long).reshape(-1)
     if positions.numel() and (int(positions.max()) >= gen_start or int(positions.min()) < 0):
         raise ValueError("prompt_positions must lie before gen_start")
-    slot: dict[bytes, int] = {}
-    distinct: list[np.ndarray] = []
+    distinct: dict[bytes, np.ndarray] = {}  # in first-seen order
     for sets in sets_by_key.values():
         for s in sets:
-            if s.tobytes() not in slot:
-                slot[s.tobytes()] = len(distinct)
-                distinct.append(s)
+            distinct.setdefault(s.tobytes(), s)
     known = {} if known is None else known
-    todo = [s for s in distinct if s.tobytes() not in known]
+    todo = [s for b, s in distinct.items() if b not in known]
     passes: dict = {"forward_passes": 0}
     if todo:
         sequences = torch.stack([_perturbed(ids, positions, s, pad_id) for s in todo])
