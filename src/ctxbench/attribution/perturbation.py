@@ -19,7 +19,7 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import predicting_logits
+from ctxbench.models.logits import intact_logits, variant_logits
 from ctxbench.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
@@ -85,30 +85,37 @@ class SentenceUnits:
 @torch.inference_mode()
 def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablations: Sequence[torch.Tensor],
                          pad_id: int, batch_size: int, objective: str = "logprob",
-                         attn_implementation: Optional[str] = "sdpa") -> tuple[np.ndarray, np.ndarray]:
+                         attn_implementation: Optional[str] = "sdpa",
+                         share_prefix: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Score every generated token under each ablation (a tensor of absolute positions set to ``pad_id``).
 
     Returns ``(reference, scores)``, float64: ``reference`` (G,) is log p(y_t) of the intact input and ``scores``
     (N, G) is, per ablation, log p(y_t) (``objective="logprob"``) or KL(p_intact || p_ablated) of the next-token
     distributions at the position predicting y_t (``"kl"``). ``batch_size`` ablated inputs share a forward pass.
+    The ablations run in the order of their first position, and with ``share_prefix`` each batch from the first
+    position it changes on, the positions before it taken from the intact pass's cache (``SharedPrefix``).
     """
     ids = input_ids.reshape(-1)
     targets = ids[gen_start:]
     out = np.empty((len(ablations), targets.numel()), dtype=np.float64)
+    first = [int(a.min()) if a.numel() else ids.numel() for a in ablations]
+    order = sorted(range(len(ablations)), key=first.__getitem__)
     with attention_kernel(model, attn_implementation):
-        ref_logp = torch.log_softmax(predicting_logits(model, gen_start, input_ids=ids[None])[0], dim=-1)  # (G, V)
+        logits, prefix = intact_logits(model, gen_start, ids)
+        ref_logp = torch.log_softmax(logits[0], dim=-1)  # (G, V)
         reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
-        for lo in range(0, len(ablations), batch_size):
-            chunk = ablations[lo:lo + batch_size]
+        prefix = prefix if share_prefix else None
+        for lo in range(0, len(order), batch_size):
+            chunk = order[lo:lo + batch_size]
             seqs = ids.repeat(len(chunk), 1)
-            for row, pos in enumerate(chunk):
-                seqs[row, pos] = pad_id
-            logp = torch.log_softmax(predicting_logits(model, gen_start, input_ids=seqs), dim=-1)  # (B, G, V)
+            for row, i in enumerate(chunk):
+                seqs[row, ablations[i]] = pad_id
+            logp = torch.log_softmax(variant_logits(model, gen_start, seqs, prefix), dim=-1)  # (B, G, V)
             if objective == "kl":
                 val = (ref_logp.exp() * (ref_logp - logp)).sum(-1)
             else:
                 val = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0]
-            out[lo:lo + len(chunk)] = val.double().cpu().numpy()
+            out[chunk] = val.double().cpu().numpy()
     return reference, out
 
 
