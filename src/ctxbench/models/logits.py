@@ -1,10 +1,11 @@
 """Logits at the positions that predict a generated continuation (teacher forcing), the shared first step of the
 deletion passes, the ablation passes and the gradient baselines.
 
-Variants of one input (ablations, deletions) agree with it up to their first changed position, and by causality so
-do every layer's keys and values there: with the intact input's cache (``SharedPrefix``) a batch of variants is run
-only from the first position where any of them differs. On SmolLM2 (sdpa, float32) the logits are bit-identical to
-the full pass (tests/test_shared_prefix.py); a leave-one-sentence-out sweep saves about half of its work.
+Ablated variants of one input agree with it up to their first changed position, and by causality so do every
+layer's keys and values there: with the intact input's cache (``SharedPrefix``) a batch of variants is run only from
+the first position where any of them differs. On SmolLM2 (sdpa, float32) the logits are bit-identical to the full
+pass (tests/test_shared_prefix.py); a leave-one-sentence-out sweep saves about half of its work. (The deletion passes
+of faithfulness gain nothing from it: nearly every deleted set holds a token near the start; docs/metrics.md.)
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def intact_logits(model, gen_start: int, ids: torch.Tensor) -> tuple[torch.Tenso
     g = ids.shape[0] - gen_start
     kw = {"logits_to_keep": g} if _accepts(model, "logits_to_keep") else {}
     out = model(input_ids=ids[None, :-1], use_cache=True, **kw)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    cache = getattr(out, "cache", None)
+    cache = getattr(out, "past_key_values", None) if cache is None else cache
     layers = getattr(cache, "layers", None)
     ok = layers and all(getattr(lay, "keys", None) is not None and lay.keys.shape[-2] == ids.shape[0] - 1
                         for lay in layers)
