@@ -5,7 +5,9 @@
 #      fp32 against the CPU: hop vectors and metrics agree; the same job with model.dtype=bf16 and device_map=auto runs;
 #   3. Faiss on the GPU against the CPU (flat: same neighbours; ivf: recall against flat), or a plain "no GPU faiss";
 #   4. deletion passes sized to memory: with the GPU's memory capped, a batch of 64 long sequences halves until it
-#      fits and scores as batch 1 does.
+#      fits and scores as batch 1 does;
+#   5. ablation passes from the intact input's shared prefix (perturbation, ContextCite) on the GPU, fp32 and bf16:
+#      the logits against whole passes (bf16: within twice its own distance from fp32), and the time of 64 leave-one-sentence-out ablations with and without it.
 # Usage: bash bench/gpu_check.sh [workdir]   (outputs under workdir, default a new temporary folder)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,6 +107,40 @@ torch.cuda.set_per_process_memory_fraction(cap)
 big = sequence_logprobs(lm.model, seqs, 4000, batch_size=64)
 print(f"memory capped at {cap:.3f} of {total / 2**30:.0f} GiB; first 4 scores vs batch 1: max |d| {abs(big[:4] - small).max():.2e}")
 assert abs(big[:4] - small).max() < 1e-2
+print("PASS")
+EOF
+
+echo "== 5. ablation passes from the shared prefix"
+"$PY" - <<'EOF' || status=1
+import time, torch
+from ctxbench.attribution.perturbation import ablated_token_scores
+from ctxbench.models import ModelConfig, load_causal_lm
+from ctxbench.models.attention import attention_kernel
+from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
+ref = None  # fp32 whole-pass logits: bf16 is held to its own distance from them
+for dt in ("float32", "bf16"):
+    lm = load_causal_lm(ModelConfig(device="cuda", dtype=dt), cache_dir=".cache")
+    ids = lm.tokenizer("The grass is green. The sky is blue. " * 250, return_tensors="pt").input_ids[0, :2048].cuda()
+    gen_start = 2000
+    with torch.inference_mode(), attention_kernel(lm.model, "sdpa"):
+        _, prefix = intact_logits(lm.model, gen_start, ids)
+        seqs = ids.repeat(4, 1)
+        for r, p in enumerate((300, 700, 1100, 1500)):
+            seqs[r, p:p + 8] = 0
+        full = predicting_logits(lm.model, gen_start, input_ids=seqs)
+        err = (variant_logits(lm.model, gen_start, seqs, prefix) - full).abs().max().item()
+    ref = full.cpu() if ref is None else ref
+    own = (full.cpu() - ref).abs().max().item()  # 0 for fp32
+    tol = max(1e-3, 2 * own)
+    abl = [torch.arange(p, p + 8, device="cuda") for p in range(0, 1984, 31)]
+    secs = {}
+    for share in (False, True):
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        ablated_token_scores(lm.model, ids, gen_start, abl, 0, 16, share_prefix=share)
+        torch.cuda.synchronize(); secs[share] = time.perf_counter() - t0
+    print(f"{dt}: shared prefix max |d logit| {err:.2e} (tolerance {tol:.2e}); {len(abl)} ablations at 2k: {secs[False]:.2f} s whole, "
+          f"{secs[True]:.2f} s shared ({secs[True] / secs[False]:.2f}x)")
+    assert err < tol, f"{dt}: the shared prefix changes the logits"
 print("PASS")
 EOF
 
