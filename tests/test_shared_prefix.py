@@ -117,3 +117,21 @@ def test_smollm2_variants_are_bit_identical_to_full_passes(smollm2, smol_tokeniz
         full = predicting_logits(model, gen_start, input_ids=seqs)
         part = variant_logits(model, gen_start, seqs, prefix)
     assert torch.equal(part, full), float((part - full).abs().max())
+
+
+def test_the_prefix_is_read_only_and_serves_batches_of_any_size():
+    model = tiny_model("llama")
+    ids = _ids()
+    with torch.inference_mode():
+        _, prefix = intact_logits(model, GEN_START, ids)
+        before = [(k.clone(), v.clone()) for k, v in prefix.layers]
+        cache = prefix.cache(12)
+        for changes in ([[12]], [[12], [13], [20]]):  # the same cache object, batch 1 then batch 3
+            seqs = _variants(ids, changes)
+            torch.testing.assert_close(variant_logits(model, GEN_START, seqs, prefix),
+                                       predicting_logits(model, GEN_START, input_ids=seqs), atol=1e-5, rtol=1e-5)
+        model(input_ids=_variants(ids, [[12], [14]])[:, 12:-1], cache=cache, use_cache=True)
+    assert cache.get_seq_length() == 12  # nothing was appended: the layers keep the prefix only, at batch 1
+    assert all(lay.keys.shape[0] == 1 for lay in cache.layers)
+    for (k, v), (k0, v0) in zip(prefix.layers, before):
+        assert torch.equal(k, k0) and torch.equal(v, v0)

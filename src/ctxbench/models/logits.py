@@ -10,6 +10,7 @@ of faithfulness gain nothing from it: nearly every deleted set holds a token nea
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Optional
@@ -63,11 +64,34 @@ class SharedPrefix:
         first = int(differs[0]) if differs.numel() else input_ids.shape[1] - 1
         return min(first, gen_start - 1)
 
-    def cache(self, model, batch: int, upto: int):
-        from transformers import DynamicCache
+    def cache(self, upto: int):
+        """A cache of positions 0 .. upto - 1 for a batch of any size, kept once (batch 1): each layer returns them
+        expanded to the batch and joined to the new positions, keeping nothing (memory: one layer's keys and values
+        for the batch at a time, not every layer's)."""
+        from transformers.cache_utils import Cache
 
-        return DynamicCache([(k[:, :, :upto].expand(batch, -1, -1, -1), v[:, :, :upto].expand(batch, -1, -1, -1))
-                             for k, v in self.layers], config=model.config)
+        layer = _prefix_layer_class()
+        return Cache(layers=[layer(k[:, :, :upto], v[:, :, :upto]) for k, v in self.layers])
+
+
+@functools.lru_cache(maxsize=None)
+def _prefix_layer_class():
+    """The layer class of ``SharedPrefix.cache``, made on first use (transformers is imported lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PrefixLayer(DynamicLayer):
+        """A read-only layer of ``SharedPrefix.cache``; its length (the mask's offset) is the prefix's."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+            super().__init__()
+            self.keys, self.values, self.device, self.is_initialized = keys, values, keys.device, True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            b = key_states.shape[0]
+            return (torch.cat([self.keys.expand(b, -1, -1, -1), key_states], dim=-2),
+                    torch.cat([self.values.expand(b, -1, -1, -1), value_states], dim=-2))
+
+    return PrefixLayer
 
 
 def intact_logits(model, gen_start: int, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[SharedPrefix]]:
@@ -97,5 +121,5 @@ def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optio
         return predicting_logits(model, gen_start, input_ids=input_ids)
     g = input_ids.shape[1] - gen_start
     kw = {"logits_to_keep": g} if _accepts(model, "logits_to_keep") else {}
-    kw[prefix.kwarg] = prefix.cache(model, input_ids.shape[0], m)
+    kw[prefix.kwarg] = prefix.cache(m)
     return model(input_ids=input_ids[:, m:-1], use_cache=True, **kw).logits[:, -g:, :].float()
