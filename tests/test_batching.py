@@ -1,6 +1,6 @@
 """Batches halved on CUDA out-of-memory (ctxbench.batching), tested on CPU with fakes that raise the error above a
 size: every item is processed exactly once, the size that worked is kept, the forward passes reported are the ones
-the fake saw complete, and deletion scores are unchanged."""
+the fake saw complete, and deletion and ablation scores are unchanged."""
 
 import numpy as np
 import pytest
@@ -87,3 +87,23 @@ def test_faithfulness_counts_the_passes_that_ran():
     completed = [s for s in model.sizes if s <= model.limit]
     assert model.sizes == [7, 4, 2, 2, 2, 1] and sum(completed) == 7
     assert stats["forward_passes"] == len(completed) == 4
+
+
+def test_ablation_passes_shrink_and_score_as_before():
+    from ctxbench.attribution.perturbation import ablated_token_scores
+
+    ids = torch.randint(0, 10, (12,), generator=torch.Generator().manual_seed(2))
+    ablations = [torch.tensor(p) for p in ([5, 6], [1], [3, 4], [8], [2])]
+    small = TinyLM(limit=2)
+    ref, got = ablated_token_scores(small, ids, 9, ablations, pad_id=10, batch_size=4)
+    # the intact pass (1), then 4 fails, and 2 + 2 + 1 in the order of the ablations' first positions
+    assert small.sizes == [1, 4, 2, 2, 1]
+    ref_big, want = ablated_token_scores(TinyLM(limit=99), ids, 9, ablations, pad_id=10, batch_size=4)
+    np.testing.assert_allclose(ref, ref_big, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # and each row is its own ablation's log-probabilities, computed alone
+    with torch.no_grad():
+        seq = ids.clone()
+        seq[torch.tensor([3, 4])] = 10
+        lp = torch.log_softmax(TinyLM(limit=99)(seq[None, :-1]).logits[0, 8:].double(), -1)
+    np.testing.assert_allclose(got[2], lp.gather(-1, ids[9:, None])[:, 0].numpy(), rtol=1e-6)

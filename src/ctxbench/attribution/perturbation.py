@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor
+from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import intact_logits, variant_logits
@@ -91,7 +92,8 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
 
     Returns ``(reference, scores)``, float64: ``reference`` (G,) is log p(y_t) of the intact input and ``scores``
     (N, G) is, per ablation, log p(y_t) (``objective="logprob"``) or KL(p_intact || p_ablated) of the next-token
-    distributions at the position predicting y_t (``"kl"``). ``batch_size`` ablated inputs share a forward pass.
+    distributions at the position predicting y_t (``"kl"``). ``batch_size`` ablated inputs share a forward pass
+    (fewer after a CUDA out-of-memory error).
     The ablations run in the order of their first position, and with ``share_prefix`` each batch from the first
     position it changes on, the positions before it taken from the intact pass's cache (``SharedPrefix``).
     """
@@ -105,8 +107,9 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
         ref_logp = torch.log_softmax(logits[0], dim=-1)  # (G, V)
         reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
         prefix = prefix if share_prefix else None
-        for lo in range(0, len(order), batch_size):
-            chunk = order[lo:lo + batch_size]
+
+        def score(lo: int, hi: int) -> None:
+            chunk = order[lo:hi]
             seqs = ids.repeat(len(chunk), 1)
             for row, i in enumerate(chunk):
                 seqs[row, ablations[i]] = pad_id
@@ -116,6 +119,9 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
             else:
                 val = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0]
             out[chunk] = val.double().cpu().numpy()
+
+        # a long input on a small GPU: the batch halves on out-of-memory, as the deletion passes' do
+        run_in_batches(len(order), batch_size, score, what="ablation passes")
     return reference, out
 
 
