@@ -64,3 +64,30 @@ def test_random_is_seeded_and_causal(model):
     c = make("random", seed=4).attribute(model, FakeTokenizer(), mi).matrix
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     assert (a[~causal_column_mask(mi.P, mi.G)] == 0).all() and (a[causal_column_mask(mi.P, mi.G)] > 0).all()
+
+
+class OutOfMemoryAbove(torch.nn.Module):
+    """The tiny model behind a forward that fails like a full GPU for batches above ``limit`` (sizes logged)."""
+
+    def __init__(self, inner, limit: int):
+        super().__init__()
+        self.inner, self.limit, self.sizes = inner, limit, []
+        self.config = inner.config
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, inputs_embeds, **kw):
+        self.sizes.append(inputs_embeds.shape[0])
+        if inputs_embeds.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (fake)")
+        return self.inner(inputs_embeds=inputs_embeds, **kw)
+
+
+def test_integrated_gradients_halve_their_batch_on_out_of_memory(model):
+    mi = make_input()
+    want = make("integrated_gradients", ig_steps=10, ig_batch=10).attribute(model, FakeTokenizer(), mi).matrix
+    small = OutOfMemoryAbove(model, limit=3)
+    got = make("integrated_gradients", ig_steps=10, ig_batch=8).attribute(small, FakeTokenizer(), mi).matrix
+    assert small.sizes == [8, 4, 2, 2, 2, 2, 2]  # 8 and 4 fail; the 10 points then go 2 at a time, each once
+    np.testing.assert_allclose(got, want, atol=1e-5)

@@ -18,6 +18,7 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, empty_matrix
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
+from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
 from ctxbench.tokens import eos_id
@@ -102,7 +103,8 @@ def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl
 
 
 def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_impl: Optional[str]) -> torch.Tensor:
-    """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1]."""
+    """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1],
+    ``batch`` points per forward pass (fewer after a CUDA out-of-memory error)."""
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(ctx.input_ids.view(1, -1)).float()
@@ -113,12 +115,15 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     wts[-1] /= 2
     dtype = next(model.parameters()).dtype
     total = torch.zeros(len(ctx.row_indices()), ctx.T, device=x.device)
-    for b0 in range(0, steps, batch):
-        a = alphas[b0:b0 + batch].view(-1, 1, 1)
+
+    def points(lo: int, hi: int) -> None:
+        a = alphas[lo:hi].view(-1, 1, 1)
         # the step weight is folded into the reference vector so one backward serves the whole batch
         pts = (x0 + a * (x - x0)).to(dtype)
-        ref = (x - x0) * wts[b0:b0 + batch].view(-1, 1, 1)
-        total += _grad_x_input(model, pts, ctx, ref, attn_impl)
+        ref = (x - x0) * wts[lo:hi].view(-1, 1, 1)
+        total.add_(_grad_x_input(model, pts, ctx, ref, attn_impl))  # added only once the whole batch completed
+
+    run_in_batches(steps, batch, points, what="integrated gradients")  # halves on CUDA out-of-memory
     return total
 
 
