@@ -34,13 +34,23 @@ def predicting_logits(model, gen_start: int, *, input_ids: torch.Tensor = None,
     vocabulary projection over the prompt, forward and backward (SmolLM2: a 576 x 49,152 product per position, about
     a fifth of the model's multiply-adds)."""
     x = input_ids if input_ids is not None else inputs_embeds
-    g = x.shape[1] - gen_start
     kw = {"input_ids": x[:, :-1]} if input_ids is not None else {"inputs_embeds": x[:, :-1]}
-    if _accepts(model, "logits_to_keep"):
-        kw["logits_to_keep"] = g
     if _accepts(model, "use_cache"):  # no key/value cache to build for a single pass
         kw["use_cache"] = False
-    return model(**kw).logits[:, -g:, :].float()  # float32: fp16/bf16 underflow small probabilities
+    g = x.shape[1] - gen_start
+    return _last(_scoring_pass(model, g, **kw), g)
+
+
+def _scoring_pass(model, g: int, **kw):
+    """The model's output on ``kw``, the vocabulary projection only at the last g positions where the model takes
+    ``logits_to_keep``."""
+    if _accepts(model, "logits_to_keep"):
+        kw["logits_to_keep"] = g
+    return model(**kw)
+
+
+def _last(out, g: int) -> torch.Tensor:
+    return out.logits[:, -g:, :].float()  # float32: fp16/bf16 underflow small probabilities
 
 
 def _cache_kwarg(model) -> Optional[str]:
@@ -102,15 +112,14 @@ def intact_logits(model, gen_start: int, ids: torch.Tensor) -> tuple[torch.Tenso
     if name is None or not _accepts(model, "use_cache"):
         return predicting_logits(model, gen_start, input_ids=ids[None]), None
     g = ids.shape[0] - gen_start
-    kw = {"logits_to_keep": g} if _accepts(model, "logits_to_keep") else {}
-    out = model(input_ids=ids[None, :-1], use_cache=True, **kw)
+    out = _scoring_pass(model, g, input_ids=ids[None, :-1], use_cache=True)
     cache = getattr(out, "cache", None)
     cache = getattr(out, "past_key_values", None) if cache is None else cache
     layers = getattr(cache, "layers", None)
     ok = layers and all(getattr(lay, "keys", None) is not None and lay.keys.shape[-2] == ids.shape[0] - 1
                         for lay in layers)
     prefix = SharedPrefix(ids, tuple((lay.keys, lay.values) for lay in layers), name) if ok else None
-    return out.logits[:, -g:, :].float(), prefix
+    return _last(out, g), prefix
 
 
 def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optional[SharedPrefix]) -> torch.Tensor:
@@ -120,6 +129,5 @@ def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optio
     if m == 0:
         return predicting_logits(model, gen_start, input_ids=input_ids)
     g = input_ids.shape[1] - gen_start
-    kw = {"logits_to_keep": g} if _accepts(model, "logits_to_keep") else {}
-    kw[prefix.kwarg] = prefix.cache(m)
-    return model(input_ids=input_ids[:, m:-1], use_cache=True, **kw).logits[:, -g:, :].float()
+    out = _scoring_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})
+    return _last(out, g)
