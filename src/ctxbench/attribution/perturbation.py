@@ -20,7 +20,7 @@ from ctxbench.attribution.base import AttributionResult, Attributor
 from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import intact_logits, variant_logits
+from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
 from ctxbench.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
@@ -103,10 +103,10 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
     first = [int(a.min()) if a.numel() else ids.numel() for a in ablations]
     order = sorted(range(len(ablations)), key=first.__getitem__)
     with attention_kernel(model, attn_implementation):
-        logits, prefix = intact_logits(model, gen_start, ids)
+        logits, prefix = intact_logits(model, gen_start, ids) if share_prefix else \
+            (predicting_logits(model, gen_start, input_ids=ids[None]), None)
         ref_logp = torch.log_softmax(logits[0], dim=-1)  # (G, V)
         reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
-        prefix = prefix if share_prefix else None
 
         def score(lo: int, hi: int) -> None:
             chunk = order[lo:hi]
