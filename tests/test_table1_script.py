@@ -21,7 +21,7 @@ SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions
 
 def _lane(tmp_path, lane, *overrides):
     env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS="niah_mq_q2", TABLE1_EXAMPLES="1",
-               PYTHON=sys.executable)
+               PYTHON=sys.executable, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
     short = [] if lane == "report" else ["length=512", f"paths.data_dir={tmp_path / 'data'}"]
     return subprocess.run(["bash", str(SCRIPT), lane, *short, *overrides], env=env, capture_output=True, text=True,
                           timeout=900)
