@@ -227,7 +227,10 @@ def test_scorer_reuses_an_examples_inputs_across_methods(tiny_llama):
     seen = deleted_sets(w1) | deleted_sets(w2)
     shared = len(deleted_sets(w3, ~stop) & seen)  # nothing deleted, and any prefix that happens to agree
     assert shared >= 1 and (st3["sequences"], st3["reused"]) == (11 - shared, shared)
-    assert c1 == fresh(mi, w1) and c2 == fresh(mi, w2) and c3 == fresh(mi, w3, stop)
+    # equal up to rounding: with inputs reused, the rest fall into other batches, and a batch's size may change how
+    # the matrix products are blocked (seen once at 2e-8 relative, on two threads)
+    for c, want in ((c1, fresh(mi, w1)), (c2, fresh(mi, w2)), (c3, fresh(mi, w3, stop))):
+        np.testing.assert_allclose(c, want, rtol=1e-6, atol=0)
     assert c2[0] == c1[0] and c2[-1] == c1[-1] and c3[0] == c1[0]
     # another example, or another model on this one, starts afresh
     other = _toy_input(P=12, seed=2)
