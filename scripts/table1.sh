@@ -4,6 +4,7 @@
 #
 #   bash scripts/table1.sh faith    # the seven methods other than IG, faithfulness and recovery
 #   bash scripts/table1.sh ig       # integrated gradients (the long pole), at the same time on a 2-core machine
+#                                   # (once faith is done: one ig lane per core, each with its own TABLE1_TASKS)
 #   bash scripts/table1.sh rec      # FlashTrace's recovery with hops=3, Table 1's setting (minutes)
 #   bash scripts/table1.sh report   # the table in the paper's layout, intervals and orderings: runs/table1/report/
 #
@@ -19,9 +20,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 py=${PYTHON:-.venv/bin/python}
 lane=${1:?usage: bash scripts/table1.sh faith|ig|rec|report [hydra overrides]}
 shift
-# one folder per task, named by its place in the sweep and the task (not the lane's methods): a rerun finds it again
+# one folder per task, named by the task alone (not the lane's methods, nor its place in TABLE1_TASKS): a rerun, or a
+# second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
 sweep=(-m +experiment=table1 "dataset=$tasks" "max_examples=$n"
-       "hydra.sweep.subdir=\"\${hydra.job.num}_+experiment=table1,dataset=\${hydra:runtime.choices.dataset},max_examples=$n\"")
+       "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$n\"")
 case $lane in
   faith)
     exec $py exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/faith_rec" \

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "table1.sh"
-JOB = "0_+experiment=table1,dataset=niah_mq_q2,max_examples=1"
+JOB = "dataset=niah_mq_q2,max_examples=1"
 SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions", "attention", "attnlrp",
          "perturbation"]
 
