@@ -26,18 +26,18 @@ sweep=(-m +experiment=table1 "dataset=$tasks" "max_examples=$n"
        "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$n\"")
 case $lane in
   faith)
-    exec $py exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/faith_rec" \
+    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/faith_rec" \
       'attribution=[ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation]' "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders
-    exec $py exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/ig" \
+    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/ig" \
       'attribution=[integrated_gradients]' stats.baseline=null "$@" ;;
   rec)
-    exec $py exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/rec_k3" \
+    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/rec_k3" \
       'attribution=[ifr_multi_hop_both]' attribution.ifr_multi_hop_both.hops=3 mode=recovery "$@" ;;
   report)
     # rec_k3 last: with prefer_later its FlashTrace recovery replaces the hops=1 one of faith_rec
-    exec $py exp/exp2/report.py "runs=[$out/faith_rec,$out/ig,$out/rec_k3]" prefer_later=true paper=true \
+    exec "$py" exp/exp2/report.py "runs=[$out/faith_rec,$out/ig,$out/rec_k3]" prefer_later=true paper=true \
       unfinished=true hydra.run.dir="$out/report" "$@" ;;
   *)
     echo "error: scripts/table1.sh: unknown lane '$lane' (faith | ig | rec | report)" >&2; exit 2 ;;
