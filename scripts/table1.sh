@@ -1,44 +1,95 @@
 #!/usr/bin/env bash
-# The paper's Table 1 on SmolLM2 (docs/attribution.md, "The Table-1 run on a CPU"), in lanes that resume where they
-# stopped: on a CPU it takes days, so its results live in runs/table1/ and are committed as they come.
+# The FlashTrace paper's Table 1 (ICML 2026) on SmolLM2, in three variants, each in lanes that resume where they
+# stopped (docs/attribution.md, "Table 1"): on a CPU it takes days, so its results live in runs/table1/ and are
+# committed as they come.
 #
-#   bash scripts/table1.sh faith    # the seven methods other than IG, faithfulness and recovery
-#   bash scripts/table1.sh ig       # integrated gradients (the long pole), at the same time on a 2-core machine
-#                                   # (once faith is done: one ig lane per core, each with its own TABLE1_TASKS)
-#   bash scripts/table1.sh rec      # FlashTrace's recovery with hops=3, Table 1's setting (minutes)
-#   bash scripts/table1.sh report   # the table in the paper's layout, intervals and orderings: runs/table1/report/
+#   bash scripts/table1.sh [VARIANT] LANE [hydra overrides]
 #
-# Any further argument is a Hydra override (e.g. model.device=cuda). TABLE1_DIR, TABLE1_TASKS and TABLE1_EXAMPLES
-# change where, which tasks and how many examples; PYTHON, the interpreter (.venv's). The lanes set one thread each
-# unless OMP_NUM_THREADS is set (two lanes side by side on 2 cores do about 1.3x the work of one on both).
+# VARIANT (default gold):
+#   gold          gold continuation, no CoT: RULER's answer prefix + answer explained straight from the raw data
+#   cot_self      self-generated CoT: SmolLM2 writes CoT + \box{answer} through the sampling stage, the rule judge
+#                 keeps the correct ones, and those caches are explained (the paper's two-stage protocol)
+#   cot_evidence  evidence CoT (labelled synthetic): the evidence sentences restated in order, then the boxed answer
+#                 sentence, through the same sampling stage (generator=evidence_cot), then explained
+# LANE:
+#   sample        (cot_* only) sample_and_filter over the tasks: caches in <variant>/samples/, funnel.json per task
+#   faith         the seven methods other than IG: faithfulness (with every method also under the common deletion
+#                 sets all / nonstop, cot_* only) and recovery (FlashTrace with hops=1, the Table-1 figure)
+#   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
+#   rec           FlashTrace's recovery alone: hops=3 (a labelled sensitivity row), and for gold also hops=1 with the
+#                 stop-token recall (gold's faith lane predates it)
+#   report        the variant's table in the paper's layout, intervals, orderings, funnel: <variant>/report/
+#
+# TABLE1_DIR (runs/table1), TABLE1_TASKS, TABLE1_EXAMPLES (kept examples per task, 20), TABLE1_ROWS (rows the
+# sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's). The lanes set one
+# thread each unless OMP_NUM_THREADS is set (two lanes side by side on 2 cores do about 1.3x the work of one on both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${TABLE1_DIR:-runs/table1}
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
+n_ig=${TABLE1_IG_EXAMPLES:-$n}
+rows=${TABLE1_ROWS:-80}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 py=${PYTHON:-.venv/bin/python}
-lane=${1:?usage: bash scripts/table1.sh faith|ig|rec|report [hydra overrides]}
+fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
+variant=gold
+case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
+lane=${1:-}
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report"
 shift
+# gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
+vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
+case $variant in
+  gold) caption="gold continuation, no CoT: the RULER answer prefix and answer explained from the raw data" ;;
+  cot_self) caption="self-generated CoT: SmolLM2's CoT + boxed answer from the sampling stage, judged correct (rule judge)" ;;
+  cot_evidence) caption="evidence CoT (labelled synthetic): the evidence sentences restated in order, then the boxed answer sentence" ;;
+esac
+# paths relative to the project root, so that the committed manifests name no machine's folders
+common=(paths.root=.)
 # one folder per task, named by the task alone (not the lane's methods, nor its place in TABLE1_TASKS): a rerun, or a
 # second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
-sweep=(-m +experiment=table1 "dataset=$tasks" "max_examples=$n"
-       "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$n\"")
+sub() { echo "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$1\""; }
+run=(-m +experiment=table1 "dataset=$tasks" "${common[@]}")
+if [ "$variant" != gold ]; then
+  # explain the variant's caches (the sampled cache wins over the raw data); refuse to start without them, so that
+  # no lane falls back to the raw gold targets
+  for t in ${tasks//,/ }; do
+    [ "$lane" = sample ] || [ "$lane" = report ] || [ -s "$vdir/samples/$t.jsonl" ] ||
+      fail "no cache $vdir/samples/$t.jsonl: run 'bash scripts/table1.sh $variant sample' first"
+  done
+  run+=("paths.samples_dir=$vdir/samples" "mode.faithfulness.common_sets=[all,nonstop]")
+fi
 case $lane in
+  sample)
+    [ "$variant" != gold ] || fail "the gold variant has no sampling stage (its targets are RULER's gold answers)"
+    # SmolLM2's CoT capped at 256 new tokens (a CPU budget; the box guard still closes an open box)
+    gen=(generator.max_new_tokens=256); [ "$variant" = cot_evidence ] && gen=(generator=evidence_cot retriever=zero)
+    exec "$py" exp/exp2/sample_and_filter.py -m "dataset=$tasks" length=1024 "max_examples=$n" "max_rows=$rows" \
+      "${common[@]}" "paths.samples_dir=$vdir/samples" hydra.sweep.dir="$vdir/sample" \
+      "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset}\"" "${gen[@]}" "$@" ;;
   faith)
-    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/faith_rec" \
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/faith_rec" \
       'attribution=[ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation]' "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders
-    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/ig" \
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n_ig" "$(sub "$n_ig")" hydra.sweep.dir="$vdir/ig" \
       'attribution=[integrated_gradients]' stats.baseline=null "$@" ;;
   rec)
-    exec "$py" exp/exp2/run_exp.py "${sweep[@]}" hydra.sweep.dir="$out/rec_k3" \
-      'attribution=[ifr_multi_hop_both]' attribution.ifr_multi_hop_both.hops=3 mode=recovery "$@" ;;
+    hops=(3); [ "$variant" = gold ] && hops=(1 3)
+    for k in "${hops[@]}"; do
+      "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/rec_h$k" \
+        'attribution=[ifr_multi_hop_both]' "attribution.ifr_multi_hop_both.hops=$k" mode=recovery "$@"
+    done ;;
   report)
-    # rec_k3 last: with prefer_later its FlashTrace recovery replaces the hops=1 one of faith_rec
-    exec "$py" exp/exp2/report.py "runs=[$out/faith_rec,$out/ig,$out/rec_k3]" prefer_later=true paper=true \
-      unfinished=true hydra.run.dir="$out/report" "$@" ;;
+    runs="$vdir/faith_rec"
+    [ -d "$vdir/ig" ] && runs+=",$vdir/ig"
+    # gold: FlashTrace's stop-token recall (hops=1) replaces the faith lane's all-token one (prefer_later); hops=3 is
+    # a row of its own, labelled by its setting
+    [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+=",$vdir/rec_h1"
+    [ -d "$vdir/rec_h3" ] && runs+=",$vdir/rec_h3"
+    exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true \
+      "caption=\"$caption\"" hydra.run.dir="$vdir/report" "$@" ;;
   *)
-    echo "error: scripts/table1.sh: unknown lane '$lane' (faith | ig | rec | report)" >&2; exit 2 ;;
+    fail "unknown lane '$lane' (sample | faith | ig | rec | report)" ;;
 esac

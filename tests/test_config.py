@@ -166,7 +166,7 @@ def test_cli_cfg_job_and_help():
     assert cfg.dataset.name == "niah_mq_q2" and "faithfulness" in cfg.mode
     out = _cli("run_exp.py", "--help")
     assert out.returncode == 0
-    for line in ("dataset: beir, hotpotqa_long, jsonl, morehopqa", "mode: coverage, faithfulness, recovery, retrieval",
+    for line in ("dataset: beir, cached, hotpotqa_long, jsonl, morehopqa", "mode: coverage, faithfulness, recovery, retrieval",
                  "model: llama-3.1-8b, openai, qwen3-8b, smollm2-135m", "retriever: bm25, dense, dpp, fixk, mdl, random, sliding_window, topk, votek, zero"):
         assert line in out.stdout
     out = _cli("run_exp.py", "dataset.lenght=3")

@@ -282,3 +282,43 @@ def test_deletion_scores_smollm2(smollm2):
         expected.append(float(logp[torch.arange(mi.gen_start - 1, x.numel() - 1), x[mi.gen_start:]].sum()))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)  # sdpa vs eager: ~2e-5 seen
     assert got[0] > got[-1]  # deleting the whole prompt makes the answer less likely
+
+
+def test_common_deletion_sets(tiny_llama):
+    """``common_sets``: every method also scored under one deletion set for all. For a method without a stop mask,
+    ``all`` is its own set (nothing run again) and ``nonstop`` deletes only the tokens the stop rule keeps; for
+    FlashTrace (a stop mask) ``nonstop`` is its own set and ``all`` deletes every prompt token."""
+    from types import SimpleNamespace
+
+    from ctxbench.attribution.base import stop_mask
+
+    # a toy tokenizer: ids divisible by 5 decode to ",", the others to a word
+    tok = SimpleNamespace(eos_token_id=PAD, decode=lambda ids: "," if ids[0] % 5 == 0 else " w")
+    mi = _toy_input(P=14)
+    stop = stop_mask(tok, mi.input_ids[mi.prompt_positions])
+    assert 0 < stop.sum() < 14  # the toy prompt has stop tokens to tell the sets apart
+    w = np.random.default_rng(5).random(14)
+    scorer = FaithfulnessScorer(batch_size=4, common_sets=["all", "nonstop"])
+    assert [m.key for m in scorer.metrics()] == ["RISE", "MAS", "RISE+AP", "RISE@all", "MAS@all",
+                                                 "RISE@nonstop", "MAS@nonstop"]
+
+    def fresh(mask):
+        return faithfulness_for_views(tiny_llama, mi, {"row": w}, PAD, rank_mask=mask, batch_size=4)["row"]
+
+    for method_stop in (None, stop):
+        rec = scorer.score(tiny_llama, tok, SimpleNamespace(model_input=mi),
+                           SimpleNamespace(prompt_stop_mask=method_stop), {"row": w})
+        row, st = rec["faithfulness"]["row"], rec["faithfulness_stats"]
+        own = fresh(None if method_stop is None else ~stop)
+        assert row["RISE"] == pytest.approx(own["RISE"], abs=1e-6)
+        for name, mask in (("all", None), ("nonstop", ~stop)):
+            want = fresh(mask)
+            got = row["common"][name]
+            np.testing.assert_allclose(got["curve"], want["curve"], rtol=1e-6)
+            assert scorer.values(row)[f"RISE@{name}"] == pytest.approx(want["RISE"], abs=1e-6)
+            assert scorer.values(row)[f"MAS@{name}"] == pytest.approx(want["MAS"], abs=1e-6)
+        same = "all" if method_stop is None else "nonstop"
+        assert st[f"common_{same}"]["sequences"] == 0  # the method's own set: every input taken from the memo
+        np.testing.assert_allclose(row["common"][same]["curve"], row["curve"])
+    with pytest.raises(ValueError, match="common_sets"):
+        FaithfulnessScorer(common_sets=["some"])

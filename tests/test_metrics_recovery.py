@@ -62,3 +62,71 @@ def test_recall_with_rank_mask():
     # rankable n = 10 -> k = 1 -> top {2}; gold {0, 2, 4} restricted to rankable = {2, 4} -> 1/2
     assert recall_at_fraction(w, [0, 2, 4], rank_mask=mask) == pytest.approx(0.5)
     assert recall_at_fraction(w, [0], rank_mask=mask) is None
+
+
+def reference_recall_skip_tokens(w, keep, gold, fraction):
+    """The FlashTrace code's ``evaluate_attr_recovery_skip_tokens`` (flashtrace/improved.py), restated: weights clamped
+    at 0, only ``keep`` ranked, k = max(1, ceil(len(keep) * fraction)), gold restricted to ``keep``."""
+    import math
+
+    keep = sorted(set(keep))
+    gold = {g for g in gold if g in keep}
+    k = min(len(keep), max(1, math.ceil(len(keep) * fraction)))
+    ranked = sorted(keep, key=lambda i: (-max(w[i], 0.0), i))
+    return len(gold.intersection(ranked[:k])) / len(gold)
+
+
+def test_stop_masked_recall_differs_from_all_token_recall_and_equals_the_reference_formula():
+    # 12 prompt tokens; 2, 5, 8, 11 are stop tokens ("," "." and spaces). The stop tokens carry large weights, as
+    # FlashTrace's zeroed-out ones never do, to make the two definitions part: over all 12 tokens k = ceil(1.2) = 2
+    # and the top two are stop tokens 2 and 5; over the 8 kept tokens k = ceil(0.8) = 1.
+    w = [0.1, 0.9, 5.0, 0.3, 0.2, 4.0, 0.8, 0.0, 3.0, 0.0, 0.7, 2.0]
+    stop = [i in (2, 5, 8, 11) for i in range(12)]
+    keep = [i for i in range(12) if not stop[i]]
+    gold = [1, 2, 6]  # token 2 is gold but a stop token: the masked recall leaves it out of |gold|
+    # all tokens: top-2 = {2, 5}; hits {2} of 3 gold -> 1/3
+    assert recall_at_fraction(w, gold, 0.1) == pytest.approx(1 / 3)
+    # kept tokens: k = 1, top-1 among kept = {1} (0.9); gold among kept = {1, 6} -> 1/2
+    masked = recall_at_fraction(w, gold, 0.1, rank_mask=[not s for s in stop])
+    assert masked == pytest.approx(0.5)
+    assert masked == pytest.approx(reference_recall_skip_tokens(w, keep, gold, 0.1))
+    # fraction 0.25: k = 2 over kept -> {1, 6} -> 2/2 (all-token: k = 3 -> {2, 5, 8} -> 1/3)
+    assert recall_at_fraction(w, gold, 0.25, rank_mask=[not s for s in stop]) == 1.0
+    assert reference_recall_skip_tokens(w, keep, gold, 0.25) == 1.0
+    assert recall_at_fraction(w, gold, 0.25) == pytest.approx(1 / 3)
+
+
+def test_recall_budget_and_ceiling():
+    from ctxbench.metrics.recovery import recall_budget
+
+    mask = [i not in (2, 5, 8, 11) for i in range(12)]
+    b = recall_budget(12, [1, 2, 6], 0.1, mask)
+    assert (b.ranked, b.k, b.gold, b.ceiling) == (8, 1, 2, 0.5)
+    b = recall_budget(12, [1, 2, 6], 0.1)
+    assert (b.ranked, b.k, b.gold) == (12, 2, 3) and b.ceiling == pytest.approx(2 / 3)
+    assert recall_budget(12, [2], 0.1, mask) is None  # the one gold token is a stop token
+
+
+def test_scorer_skips_the_stop_tokens_of_a_method_that_removes_them():
+    import numpy as np
+    from types import SimpleNamespace
+
+    from ctxbench.metrics.recovery import RecoveryScorer
+
+    w = np.array([0.1, 0.9, 5.0, 0.3, 0.2, 4.0, 0.8, 0.0, 3.0, 0.0, 0.7, 2.0])
+    stop = np.array([i in (2, 5, 8, 11) for i in range(12)])
+    prepared = SimpleNamespace(evidence_tokens=[1, 2, 6])
+    with_mask = SimpleNamespace(P=12, prompt_stop_mask=stop)
+    without = SimpleNamespace(P=12, prompt_stop_mask=None)
+    rec = RecoveryScorer(fraction=0.1)
+    out = rec.score(None, None, prepared, with_mask, {"row": w})
+    assert out["recovery"]["row"] == pytest.approx(0.5)
+    assert out["recovery_budget"] == {"ranked": 8, "k": 1, "gold": 2, "k_over_gold": 0.5, "ceiling": 0.5,
+                                      "stop_tokens_skipped": True}
+    assert rec.score(None, None, prepared, without, {"row": w})["recovery"]["row"] == pytest.approx(1 / 3)
+    # skip_stop_tokens=false: every method ranks every prompt token (the committed gold-continuation table's recall)
+    old = RecoveryScorer(fraction=0.1, skip_stop_tokens=False).score(None, None, prepared, with_mask, {"row": w})
+    assert old["recovery"]["row"] == pytest.approx(1 / 3) and old["recovery_budget"]["stop_tokens_skipped"] is False
+    # every gold token a stop token: skipped with the reason
+    only_stop = RecoveryScorer().score(None, None, SimpleNamespace(evidence_tokens=[2, 5]), with_mask, {"row": w})
+    assert only_stop["recovery"] is None and only_stop["recovery_skipped"] == "every evidence token is a stop token"

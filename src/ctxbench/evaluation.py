@@ -15,12 +15,11 @@ import numpy as np
 
 from ctxbench.attribution import AttributionResult, Attributor, views as token_views
 from ctxbench.datasets.sentences import split_sentences
-from ctxbench.errors import ExampleRefused
+from ctxbench.errors import DataError, ExampleRefused
 from ctxbench.example import CachedExample
 from ctxbench.metrics.recovery import gold_token_indices
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.prompts.formats import ModelInput, build_model_input
-from ctxbench.spans import answer_token_spans, tokenizer_name
 
 VIEW_NAMES = ("seq", "row", "rec")
 
@@ -54,32 +53,15 @@ class PreparedExample:
 
 
 def example_spans(example: CachedExample, tokenizer) -> tuple[Optional[list], Optional[list], str]:
-    """Sink and thinking spans in this tokenizer's target-token coordinates, and where they came from.
-
-    Cached spans are used when they were made by the same tokenizer; otherwise they are recomputed from the answer's
-    character span (``metadata.sink_char_span``, or the last occurrence of ``metadata.boxed_answer`` in the target).
-    """
-    md = example.metadata
-    same = md.get("span_tokenizer") in (None, tokenizer_name(tokenizer))
-    sink = example.sink_span if example.sink_span is not None else example.indices_to_explain
-    if sink is not None and same:
-        return sink, example.thinking_span, "cached"
-    char_span = md.get("sink_char_span")
-    if char_span is None and md.get("boxed_answer"):
-        start = example.target.rfind(md["boxed_answer"])
-        if start >= 0:
-            char_span = [start, start + len(md["boxed_answer"])]
-    if char_span is None:
-        if sink is not None:
-            raise ExampleRefused(f"example {example.example_id}: spans were made by {md.get('span_tokenizer')!r}, "
-                                 f"not {tokenizer_name(tokenizer)!r}, and no character span is recorded to redo them")
-        return None, None, "whole generation"
-    new_sink, new_think, _ = answer_token_spans(tokenizer, example.target, int(char_span[0]), int(char_span[1]))
-    if new_sink is None:
-        raise ExampleRefused(f"example {example.example_id}: no token of the target overlaps the answer")
-    # A gold RULER target has no chain of thought: keep its thinking span null.
-    think = new_think if example.thinking_span is not None else None
-    return new_sink, think, "recomputed"
+    """Sink and thinking spans in this tokenizer's target-token coordinates, and where they came from
+    (``CachedExample.spans_for``): cached spans are kept when this tokenizer made them; spans of another tokenizer, or
+    of an unrecorded one when the row has the answer's characters (a cache made elsewhere), are redone from
+    ``metadata.sink_char_span`` or the last occurrence of ``metadata.boxed_answer`` in the target. An example whose
+    answer cannot be located is refused."""
+    try:
+        return example.spans_for(tokenizer)
+    except DataError as exc:
+        raise ExampleRefused(f"example {example.example_id}: {exc}") from None
 
 
 def prepare_example(example: CachedExample, tokenizer, prompt_format: str) -> PreparedExample:

@@ -24,11 +24,13 @@ def one_line(text: Any, limit: int = 300) -> str:
 class GenerationRequest:
     """``key``: a stable id (the example id); ``messages``: the chat ``[{role, content}, ...]`` (system prompt,
     in-context user/assistant turns, the user prompt); ``text``: the same prompt already rendered with the chat template,
-    when the caller has it (the ``hf`` generator then uses it as is; ``replay`` may match on it)."""
+    when the caller has it (the ``hf`` generator then uses it as is; ``replay`` may match on it); ``row``: the dataset
+    row (a ``CachedExample``) the request was made from, for generators that write from the data (``evidence_cot``)."""
 
     key: str
     messages: list = field(default_factory=list)
     text: Optional[str] = None
+    row: Any = field(default=None, compare=False)
 
     def user_prompt(self) -> Optional[str]:
         """The content of the last user message."""
@@ -68,6 +70,10 @@ class Generator(ABC):
 
     name: ClassVar[str] = ""
     needs_model: ClassVar[bool] = False  # runs the `model` group's model locally: the stage loads and binds it
+
+    def check(self, examples: list, dataset: str) -> None:
+        """Raise ``ExampleRefused`` when this generator cannot answer the dataset at all (called before any model
+        loads)."""
 
     def bind(self, loaded_lm: Any) -> None:
         """Receive the model of the ``model`` group (a ``ctxbench.models.LoadedLM``, or None for an endpoint model).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
@@ -25,6 +25,7 @@ from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
 from ctxbench.batching import run_in_batches
 from ctxbench.tokens import eos_id
+from ctxbench.attribution.base import stop_mask
 
 log = logging.getLogger(__name__)
 
@@ -292,11 +293,24 @@ def faithfulness_for_views(model, model_input: _ModelInputLike, view_weights: Ma
     return results
 
 
+# Common deletion sets: what every method deletes when it is scored under one set (``common_sets``).
+COMMON_SETS = {"all": "every prompt token", "nonstop": "the non-stop prompt tokens"}
+COMMON_METRICS = ("RISE", "MAS")
+
+
+def common_key(metric: str, deletion_set: str) -> str:
+    return f"{metric}@{deletion_set}"
+
+
 @dataclass
 class FaithfulnessScorer(Scorer):
     """Mode ``faithfulness``: RISE, MAS and RISE+AP by guided deletion (docs/metrics.md); lower is better.
 
     ``steps``: deletion steps (K = min(steps, P)); ``batch_size``: perturbed inputs per forward pass (CPU 1-4, GPU more).
+    The main figures use each method's own deletion set, as the FlashTrace paper's Table 1 does: a method that
+    removes stop tokens (FlashTrace) never deletes them, every other method deletes every prompt token.
+    ``common_sets`` (``all``, ``nonstop``) also scores every method under one set for all, as RISE@<set> and
+    MAS@<set>: ``all`` deletes every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned).
     """
 
     name: ClassVar[str] = "faithfulness"
@@ -304,10 +318,16 @@ class FaithfulnessScorer(Scorer):
     csv_std_label: ClassVar[str] = "Var"  # the reference stores the standard deviation under "Var"; kept for its readers
     steps: int = MAX_STEPS
     batch_size: int = 4
+    common_sets: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"faithfulness: steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
+        self.common_sets = list(self.common_sets)
+        bad = [c for c in self.common_sets if c not in COMMON_SETS]
+        if bad or len(set(self.common_sets)) < len(self.common_sets):
+            raise ValueError(f"faithfulness: common_sets {self.common_sets}: each of {', '.join(COMMON_SETS)}, "
+                             f"at most once")
         self._memo: tuple = (None, None, {})  # (the model, the input, its deleted sets' scores): see the module notes
 
     def _known(self, model, model_input, pad_id: int) -> dict[bytes, float]:
@@ -321,19 +341,45 @@ class FaithfulnessScorer(Scorer):
         return known
 
     def metrics(self) -> list[Metric]:
-        return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES]
+        return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES] + [
+            Metric(common_key(m, c), common_key(m, c), higher_is_better=False)
+            for c in self.common_sets for m in COMMON_METRICS]
 
     def score(self, model, tokenizer, prepared, result, weights):
+        mi = prepared.model_input
         rank_mask = None if result.prompt_stop_mask is None else ~np.asarray(result.prompt_stop_mask, dtype=bool)
         stats: dict = {}
         pad = eos_id(tokenizer)
-        scores = faithfulness_for_views(model, prepared.model_input, weights, pad_id=pad,
-                                        rank_mask=rank_mask, batch_size=self.batch_size, max_steps=self.steps,
-                                        stats=stats, known=self._known(model, prepared.model_input, pad))
+        known = self._known(model, mi, pad)
+        scores = faithfulness_for_views(model, mi, weights, pad_id=pad, rank_mask=rank_mask,
+                                        batch_size=self.batch_size, max_steps=self.steps, stats=stats, known=known)
+        for c in self.common_sets:
+            # sets a method's own schedule already deleted come from the memo: "all" costs nothing extra for the
+            # methods without a stop mask, "nonstop" nothing for FlashTrace
+            mask = None if c == "all" else ~self._stop_mask(tokenizer, mi, result)
+            extra: dict = {}
+            common = faithfulness_for_views(model, mi, weights, pad_id=pad, rank_mask=mask,
+                                            batch_size=self.batch_size, max_steps=self.steps, stats=extra, known=known)
+            for view, rec in common.items():
+                scores[view].setdefault("common", {})[c] = {k: rec[k] for k in (*METRIC_NAMES, "curve")}
+            stats[f"common_{c}"] = extra
         return {self.name: scores, "faithfulness_stats": stats}
 
+    @staticmethod
+    def _stop_mask(tokenizer, model_input, result) -> np.ndarray:
+        if result.prompt_stop_mask is not None:
+            return np.asarray(result.prompt_stop_mask, dtype=bool)
+        ids = torch.as_tensor(model_input.input_ids)[torch.as_tensor(model_input.prompt_positions)]
+        return stop_mask(tokenizer, ids)
+
     def values(self, view_record):
-        return None if view_record is None else {m: view_record[m] for m in METRIC_NAMES}
+        if view_record is None:
+            return None
+        out = {m: view_record[m] for m in METRIC_NAMES}
+        for c in self.common_sets:
+            got = (view_record.get("common") or {}).get(c)
+            out.update({common_key(m, c): None if got is None else got[m] for m in COMMON_METRICS})
+        return out
 
     def write_plots(self, records, views, output_dir):
         from ctxbench.reporting.plots import deletion_curve_plots

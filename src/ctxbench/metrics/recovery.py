@@ -1,5 +1,9 @@
 """Recovery (docs/metrics.md; RULER only, higher is better): the share of gold prompt tokens (those overlapping an evidence
-span) among the top ``fraction`` (10% in the paper) of prompt tokens by attribution weight."""
+span) among the top ``fraction`` (10% in the FlashTrace paper, ICML 2026) of prompt tokens by attribution weight.
+
+A method that removes stop tokens (FlashTrace, ``ifr_multi_hop_both``: its result carries ``prompt_stop_mask``) is
+scored as the FlashTrace code scores it (``evaluate_attr_recovery_skip_tokens`` in its ``flashtrace/improved.py``):
+stop tokens are left out of the ranking, of the budget k and of the gold set."""
 
 from __future__ import annotations
 
@@ -42,19 +46,56 @@ def top_k_indices(w, k: int, rank_mask=None) -> np.ndarray:
     return deletion_order(w, rank_mask)[:k]
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What one recall was computed over: ``ranked`` tokens, the budget ``k`` and the ``gold`` tokens among the ranked.
+    ``ceiling``: the best recall any ranking can reach, ``min(k, gold) / gold``."""
+
+    ranked: int
+    k: int
+    gold: int
+
+    @property
+    def ceiling(self) -> float:
+        return min(self.k, self.gold) / self.gold
+
+    def to_dict(self) -> dict:
+        return {"ranked": self.ranked, "k": self.k, "gold": self.gold, "k_over_gold": self.k / self.gold,
+                "ceiling": self.ceiling}
+
+
+def recall_budget(P: int, gold: Iterable[int], fraction: float = 0.1, rank_mask=None) -> Optional[Budget]:
+    """The ranked tokens, k and gold count of ``recall_at_fraction`` (None when no gold token is ranked)."""
+    gold_set = {int(g) for g in gold}
+    if rank_mask is not None:
+        mask = _mask(rank_mask, P)
+        gold_set = {g for g in gold_set if 0 <= g < P and mask[g]}
+        n = int(mask.sum())
+    else:
+        n = P
+    if not gold_set or n == 0:
+        return None
+    return Budget(n, top_k_count(n, fraction), len(gold_set))
+
+
+def _mask(rank_mask, P: int) -> np.ndarray:
+    mask = np.asarray(rank_mask, dtype=bool).reshape(-1)
+    if mask.shape[0] != P:
+        raise ValueError(f"rank_mask has {mask.shape[0]} entries for {P} prompt tokens")
+    return mask
+
+
 def recall_at_fraction(w, gold: Iterable[int], fraction: float = 0.1, rank_mask=None) -> Optional[float]:
     """|top-k(w) ∩ gold| / |gold| with ``k = max(1, ceil(fraction * P))``; ``w`` is clamped at 0 (NaN counts 0), so
     all non-positive tokens tie and fall back to position order. None when there is no gold token (the caller counts
-    the example as skipped). ``rank_mask`` (P bools) ranks only those tokens: P and gold are restricted to them."""
+    the example as skipped). ``rank_mask`` (P bools) ranks only those tokens: P, k and gold are restricted to them."""
     w = np.nan_to_num(np.asarray(w, dtype=np.float64).reshape(-1), nan=0.0).clip(min=0.0)
     P = w.shape[0]
     gold_set = {int(g) for g in gold}
     if any(not 0 <= g < P for g in gold_set):
         raise ValueError(f"gold token index out of range for {P} prompt tokens")
     if rank_mask is not None:
-        mask = np.asarray(rank_mask, dtype=bool).reshape(-1)
-        if mask.shape[0] != P:
-            raise ValueError(f"rank_mask has {mask.shape[0]} entries for {P} prompt tokens")
+        mask = _mask(rank_mask, P)
         gold_set = {g for g in gold_set if mask[g]}
         n = int(mask.sum())
     else:
@@ -67,12 +108,17 @@ def recall_at_fraction(w, gold: Iterable[int], fraction: float = 0.1, rank_mask=
 
 @dataclass
 class RecoveryScorer(Scorer):
-    """Mode ``recovery``: Recall@``fraction`` of the evidence tokens (``metadata.needle_spans``); higher is better."""
+    """Mode ``recovery``: Recall@``fraction`` of the evidence tokens (``metadata.needle_spans``); higher is better.
+
+    ``skip_stop_tokens``: a method that removes stop tokens (its result has ``prompt_stop_mask``: FlashTrace) is
+    scored on its non-stop prompt tokens only (ranking, k and gold), as the FlashTrace code scores it; false ranks
+    every prompt token for every method. Each record's ``recovery_budget`` holds k, the gold count and the ceiling."""
 
     name: ClassVar[str] = "recovery"
     title: ClassVar[str] = "Recovery"
     csv_label: ClassVar[str] = "Recovery"
     fraction: float = 0.1
+    skip_stop_tokens: bool = True
 
     def __post_init__(self):
         top_k_count(1, self.fraction)  # refuses a fraction outside (0, 1]
@@ -91,9 +137,16 @@ class RecoveryScorer(Scorer):
 
     def score(self, model, tokenizer, prepared, result, weights):
         gold = prepared.evidence_tokens
-        rec = {v: recall_at_fraction(w, gold, self.fraction) for v, w in weights.items()} if gold else None
-        return {self.name: rec, "recovery_skipped": None if rec else "no prompt token overlaps the evidence spans",
-                "gold_tokens": len(gold or [])}
+        mask = None
+        if self.skip_stop_tokens and result.prompt_stop_mask is not None:
+            mask = ~np.asarray(result.prompt_stop_mask, dtype=bool)
+        budget = recall_budget(int(result.P), gold, self.fraction, mask) if gold else None
+        rec = {v: recall_at_fraction(w, gold, self.fraction, mask) for v, w in weights.items()} if budget else None
+        skipped = None if rec else ("no prompt token overlaps the evidence spans" if not gold
+                                    else "every evidence token is a stop token")
+        return {self.name: rec, "recovery_skipped": skipped, "gold_tokens": len(gold or []),
+                "recovery_budget": None if budget is None else {**budget.to_dict(), "stop_tokens_skipped":
+                                                                mask is not None}}
 
     def values(self, view_record):
         return None if view_record is None else {"recall": view_record}

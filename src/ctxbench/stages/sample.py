@@ -69,7 +69,8 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
         part = pending[start:start + chunk]
         shots = few_shot_prompts(retriever, template, pool, [q for _, q in part], tokenizer)
         gens = generator.generate([GenerationRequest(ex.example_id, fs.prompt.messages or
-                                                     [{"role": "user", "content": fs.prompt.text}], fs.prompt.text)
+                                                     [{"role": "user", "content": fs.prompt.text}], fs.prompt.text,
+                                                     row=ex)
                                    for (ex, _), fs in zip(part, shots)])
         splits = [split_boxed_generation(g.text) if g.ok else None for g in gens]
         to_judge = [i for i, sp in enumerate(splits) if sp is not None and sp.ok]
@@ -132,6 +133,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     # Sampling reads the raw data, never a cache of its own output.
     source, examples = dataset.load(paths, tokenizer, use_cache=False)
     examples = examples[:cfg.max_rows]  # before sharding: shards split the same first rows
+    generator.check(examples, dataset.name)
     cache = cache_path(cfg, dataset.name)
     write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
                        n_examples=len(examples), extra={"cache": str(cache), "shard": [shard.index, shard.count]})
