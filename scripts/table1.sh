@@ -88,7 +88,7 @@ case $lane in
     # a row of its own, labelled by its setting
     [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+=",$vdir/rec_h1"
     [ -d "$vdir/rec_h3" ] && runs+=",$vdir/rec_h3"
-    exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true \
+    exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
       "caption=\"$caption\"" hydra.run.dir="$vdir/report" "$@" ;;
   *)
     fail "unknown lane '$lane' (sample | faith | ig | rec | report)" ;;

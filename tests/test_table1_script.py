@@ -1,6 +1,7 @@
-"""scripts/table1.sh: its four lanes on one short example of one task, for real (SmolLM2), into a temporary folder.
-The lanes must land in the folders the report joins, resume instead of recomputing, and the report must take
-FlashTrace's recovery from the hops=3 lane."""
+"""scripts/table1.sh: its lanes on one short example per task, for real (SmolLM2), into a temporary folder. The gold
+lanes must land in the folders the report joins, resume instead of recomputing, and the report must take FlashTrace's
+recall from the hops=1 stop-token lane and show hops=3 as a row of its own; the two-stage evidence-CoT variant runs
+the sampling stage, then explains its caches, and its report shows the funnel."""
 
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions
          "perturbation"]
 
 
-def _lane(tmp_path, lane, *overrides):
-    env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS="niah_mq_q2", TABLE1_EXAMPLES="1",
+def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
+    env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS=tasks, TABLE1_EXAMPLES="1",
                PYTHON=sys.executable, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
-    short = [] if lane == "report" else ["length=512", f"paths.data_dir={tmp_path / 'data'}"]
-    return subprocess.run(["bash", str(SCRIPT), lane, *short, *overrides], env=env, capture_output=True, text=True,
-                          timeout=900)
+    short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}"]
+    # the gold lanes run at 512 tokens here to save time; a CoT variant's lanes at the sampling stage's 1,024 (its
+    # caches are made at that length)
+    if lane != "report" and variant == "gold":
+        short.append("length=512")
+    return subprocess.run(["bash", str(SCRIPT), variant, lane, *short, *overrides], env=env, capture_output=True,
+                          text=True, timeout=900)
 
 
 def _records(tmp_path, lane):
@@ -34,7 +39,14 @@ def _records(tmp_path, lane):
 def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
-    assert out.stderr.strip() == "error: scripts/table1.sh: unknown lane 'tables' (faith | ig | rec | report)"
+    assert out.stderr.strip() == "error: scripts/table1.sh: unknown lane 'tables' (sample | faith | ig | rec | report)"
+
+
+def test_a_cot_lane_without_its_caches_is_refused(tmp_path):
+    out = _lane(tmp_path, "faith", variant="cot_self")
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"error: scripts/table1.sh: no cache {tmp_path / 'runs'}/cot_self/samples/"
+                                  "niah_mq_q2.jsonl: run 'bash scripts/table1.sh cot_self sample' first")
 
 
 @pytest.mark.slow
@@ -42,9 +54,10 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     for lane, extra in [("rec", []), ("faith", []), ("ig", ["attribution.integrated_gradients.ig_steps=2"])]:
         out = _lane(tmp_path, lane, *extra)
         assert out.returncode == 0, out.stderr[-3000:]
-    rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_k3", "faith_rec", "ig"))
+    rec1, rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_h1", "rec_h3", "faith_rec", "ig"))
     assert [r["method"] for r in rec] == ["ifr_multi_hop_both"] and set(rec[0]) >= {"recovery"}
     assert "faithfulness" not in rec[0]
+    assert rec1[0]["recovery_budget"]["stop_tokens_skipped"] is True
     assert sorted(r["method"] for r in faith) == sorted(SEVEN)
     assert [r["method"] for r in ig] == ["integrated_gradients"]
     assert all(set(r["faithfulness"]) == {"row"} for r in faith + ig)  # Table 1's view only
@@ -52,16 +65,52 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     # a rerun resumes: nothing is recomputed, nothing is lost
     again = _lane(tmp_path, "rec")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _records(tmp_path, "rec_k3") == rec
+    assert _records(tmp_path, "rec_h3") == rec
 
     out = _lane(tmp_path, "report")
     assert out.returncode == 0, out.stderr[-3000:]
     saved = json.loads((tmp_path / "runs" / "report" / "table1.json").read_text())
     cells = {c["method"]: c for c in saved["cells"] if c["dataset"] == "niah_mq_q2"}
-    assert sorted(cells) == sorted(SEVEN + ["integrated_gradients"])
-    # FlashTrace's recall is the hops=3 lane's (prefer_later, rec_k3 last); its faithfulness the faith lane's
+    assert sorted(cells) == sorted(SEVEN + ["integrated_gradients", "ifr_multi_hop_both (hops=3)"])
+    # FlashTrace's recall is the hops=1 stop-token lane's (prefer_later); hops=3 a row of its own; its faithfulness
+    # the faith lane's
     flash = next(r for r in faith if r["method"] == "ifr_multi_hop_both")
     figures = cells["ifr_multi_hop_both"]["figures"]
-    assert figures["Recall@10%"]["mean"] == pytest.approx(rec[0]["recovery"]["row"])
+    assert figures["Recall@10%"]["mean"] == pytest.approx(rec1[0]["recovery"]["row"])
+    assert cells["ifr_multi_hop_both (hops=3)"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
+        rec[0]["recovery"]["row"])
     assert figures["RISE"]["mean"] == pytest.approx(flash["faithfulness"]["row"]["RISE"])
     assert (tmp_path / "runs" / "report" / "table1.md").exists()
+
+
+@pytest.mark.slow
+def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
+    """sample (generator=evidence_cot) -> caches -> faith (two methods here) -> report, on a sweep of two tasks."""
+    tasks = "niah_mq_q2,vt_h2_c3"
+    for t in tasks.split(","):  # 2 rows each at the lanes' 1,024 tokens (a sweep cannot set dataset.num_samples)
+        subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "prepare_data.py"), f"dataset={t}", "length=1024",
+                        "dataset.num_samples=2", f"paths.data_dir={tmp_path / 'data'}"], check=True, cwd=ROOT,
+                       capture_output=True, timeout=600)
+    out = _lane(tmp_path, "sample", variant="cot_evidence", tasks=tasks)
+    assert out.returncode == 0, out.stderr[-3000:]
+    vdir = tmp_path / "runs" / "cot_evidence"
+    for t in tasks.split(","):
+        assert json.loads((vdir / "sample" / f"dataset={t}" / "funnel.json").read_text())["kept"] == 1
+    out = _lane(tmp_path, "faith", "attribution=[ifr_multi_hop_both,attention]", "mode.faithfulness.steps=4",
+                variant="cot_evidence", tasks=tasks)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for t in tasks.split(","):
+        job = vdir / "faith_rec" / f"dataset={t},max_examples=1"
+        manifest = json.loads((job / "manifest.json").read_text())
+        assert manifest["dataset"]["kind"] == "cache"
+        assert manifest["dataset"]["path"] == f"{tmp_path / 'runs'}/cot_evidence/samples/{t}.jsonl"
+        recs = [json.loads(line) for line in (job / "results.jsonl").read_text().splitlines()]
+        assert {r["method"] for r in recs} == {"ifr_multi_hop_both", "attention"}
+        assert all(r["thinking_span"] is not None and set(r["faithfulness"]["row"]["common"]) == {"all", "nonstop"}
+                   for r in recs)
+    out = _lane(tmp_path, "report", variant="cot_evidence", tasks=tasks)
+    assert out.returncode == 0, out.stderr[-3000:]
+    md = (vdir / "report" / "table1.md").read_text()
+    assert md.startswith("**evidence CoT (labelled synthetic)")
+    assert "| niah_mq_q2 | cache: " in md and "| evidence_cot | 1 | 1 | 1 | 1 | 1 | 1.000 |" in md
+    assert "## Faithfulness by deletion set" in md and "RISE@all" in md

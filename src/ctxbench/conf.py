@@ -108,6 +108,8 @@ class ReportConfig:
     # jobs without summary.json: left out with a warning, or reported from their results so far, marked unfinished
     unfinished: bool = False
     paper: bool = False  # also the methods' order against the paper's Table 1 (resources/table1/paper.csv)
+    caption: Optional[str] = None  # a line above the table saying what it explains (e.g. "gold continuation, no CoT")
+    min_examples: int = 0  # a cell scored on fewer examples reads "too few (n)" instead of its figure
 
 
 @dataclass

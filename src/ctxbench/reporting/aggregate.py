@@ -20,6 +20,8 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.parts import build_all
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
+from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
+                                        source_markdown, source_rows)
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
                                       stat_cell, summarize)
@@ -42,6 +44,9 @@ class JobRun:
     unfinished: Optional[tuple] = None
     # the job's result lines, read once (an unfinished job's as they were when it was found, not later ones)
     lines: Optional[list] = None
+    source: dict = field(default_factory=dict)  # the manifest's dataset record: where the examples were read
+    # method -> the name it is reported under, when its settings differ from the first run of it (``label_variants``)
+    labels: dict = field(default_factory=dict)
 
     @property
     def dataset(self) -> str:
@@ -54,9 +59,12 @@ class JobRun:
         if self.lines is None:
             if not path.exists():
                 return []
-            self.lines = [r for _, r in iter_jsonl(path) if r["method"] in self.summary["methods"]]
+            original = {label: m for m, label in self.labels.items()}
+            wanted = {original.get(m, m) for m in self.summary["methods"]}
+            self.lines = [r for _, r in iter_jsonl(path) if r["method"] in wanted]
         out = [dict(r) for r in self.lines]  # the caller's copies: superseded scores are blanked in them only
         for r in out:
+            r["method"] = self.labels.get(r["method"], r["method"])
             for method, scorer in self.superseded:
                 if r["method"] == method:
                     r[scorer] = None
@@ -105,15 +113,31 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
     if left_out:
         log.warning("left out, unfinished (no summary.json; report them with unfinished=true): %s",
                     ", ".join(map(str, left_out)))
+    label_variants(jobs)
     resolve_repeats(jobs, prefer_later)
     return jobs
+
+
+def label_variants(jobs: list[JobRun]) -> None:
+    """A method run with other settings than in the first run of it (in ``runs`` order) is another row, named by the
+    settings that differ: Table 1's FlashTrace recall with hops=3 beside the hops=1 figure,
+    ``ifr_multi_hop_both (hops=3)``. Runs of a method with equal settings stay one method (``resolve_repeats``)."""
+    first: dict[str, dict] = {}
+    for job in jobs:
+        for method in list(job.summary["methods"]):
+            settings = flatten((job.config.get("attribution") or {}).get(method) or {})
+            ref = first.setdefault(method, settings)
+            diff = [f"{k}={settings.get(k)}" for k in sorted(set(ref) | set(settings)) if ref.get(k) != settings.get(k)]
+            if diff:
+                job.labels[method] = f"{method} ({', '.join(diff)})"
+        job.summary["methods"] = {job.labels.get(m, m): v for m, v in job.summary["methods"].items()}
 
 
 def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
     """The job in ``d``; ``summary`` None: an unfinished job, summarised from its results so far as the run would."""
     ov_file = d / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(ov_file.read_text()) if ov_file.exists() else []
-    job = JobRun(d, manifest["config"], list(overrides or []), summary or {})
+    job = JobRun(d, manifest["config"], list(overrides or []), summary or {}, source=manifest.get("dataset") or {})
     if summary is None:
         config = job.config
         methods = list(config.get("attribution") or {})
@@ -297,11 +321,13 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None, paper: bool = False,
-                 table: Optional[tuple] = None) -> tuple[Path, Path, str]:
-    """``table1.md`` (the Table-1 layout with intervals, then the paired comparisons, and with ``paper`` the order of
-    the methods against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and
-    ``table1.json`` (every cell's figures, the comparisons and the orderings). ``table``: ``table1(jobs, view,
-    stats)`` when the caller already has it."""
+                 table: Optional[tuple] = None, caption: Optional[str] = None,
+                 min_examples: int = 0) -> tuple[Path, Path, str]:
+    """``table1.md`` (``caption``, the Table-1 layout with intervals, where the targets came from, the recall budget,
+    the faithfulness orderings by deletion set, the paired comparisons, and with ``paper`` the order of the methods
+    against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and ``table1.json``
+    (all of it). A cell scored on fewer than ``min_examples`` examples is not filled (the table says so).
+    ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
     datasets, methods, metrics, cells = table or table1(jobs, view, stats)
     metrics = [m for m in metrics
@@ -310,13 +336,20 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     comps = comparisons(jobs, view, stats)
 
     orderings = ordering_rows(datasets, methods, metrics, cells, comps, load_paper()) if paper else None
+    sources = source_rows(jobs)
+    budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
+    by_set = deletion_set_rows(datasets, methods, cells, comps, load_paper())
 
     def n_of(d):
         return task_n(cells, d, methods)
 
-    md = "\n".join([f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
+    md = "\n".join([*([f"**{caption}**", ""] if caption else []),
+                    f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *table1_markdown(datasets, methods, metrics, cells, n_of),
+                    *table1_markdown(datasets, methods, metrics, cells, n_of, min_examples),
+                    "", *source_markdown(sources, min_examples),
+                    *(["", *budget_markdown(budgets)] if budgets else []),
+                    *(["", *deletion_set_markdown(by_set)] if by_set else []),
                     *comparisons_markdown(comps, datasets, metrics, stats),
                     *(["", *ordering_markdown(orderings)] if paper else [])])
     out = Path(output_dir)
@@ -330,7 +363,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
             w.writerow([d, n_of(d)] + ["" if cells.get((d, me), {}).get(m) is None else cells[(d, me)][m]
                                        for me in methods for m in labels])
     (out / "table1.json").write_text(json.dumps({
-        "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
+        "caption": caption, "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
+        "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
@@ -341,9 +375,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
 
 
 def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                    cells: dict[tuple[str, str], dict], n_of) -> list[str]:
-    """Rows: task (N) then one row per method, in run order; columns: the metrics (spec §6's RISE, MAS, RISE+AP,
-    Recall@10% for faithfulness + recovery)."""
+                    cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0) -> list[str]:
+    """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
+    Recall@10% for faithfulness + recovery). A figure over fewer than ``min_examples`` examples reads "too few (n)"."""
     mixed = len({m["higher_is_better"] for m in metrics}) > 1
     lines = ["| task (N) | method | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
              "|---" * (len(metrics) + 2) + "|"]
@@ -357,7 +391,9 @@ def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[
             c = cells[(d, me)]
             row = [f"{d} ({n_of(d)})" if i == 0 else "", me]
             for m in metrics:
-                text = stat_cell(c["stats"][m["label"]]) if m["label"] in c["stats"] else "–"
+                st = c["stats"].get(m["label"])
+                text = "–" if st is None else (f"too few ({st['n']})" if st.get("n", 0) < min_examples
+                                               else stat_cell(st))
                 row.append(f"**{text}**" if c.get(m["label"]) is not None and c[m["label"]] == best.get(m["label"])
                            else text)
             lines.append("| " + " | ".join(row) + " |")

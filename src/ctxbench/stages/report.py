@@ -33,7 +33,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
         table = table1(jobs, view, stats)
         md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False),
-                                             table=table)
+                                             table=table, caption=cfg.get("caption"),
+                                             min_examples=cfg.get("min_examples", 0))
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
         out.update(markdown=str(md_path), csv=str(csv_path))

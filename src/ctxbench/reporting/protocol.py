@@ -1,0 +1,187 @@
+"""What a Table-1 report was made from, beside its figures (docs/report.md#protocol): per task, where the explained
+targets came from (gold continuation, or a sampling stage's CoT cache with its funnel and the model's accuracy),
+the recall budget k/|gold| and the recall ceiling of each recall definition, and the faithfulness orderings under each
+deletion set (the FlashTrace paper's mixed sets, and one common set for every method)."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
+from ctxbench.metrics.recovery import top_k_count
+from ctxbench.reporting.paper import ranked
+from ctxbench.sampling.cache import funnel
+
+# the methods that remove stop tokens (their rankings, recall and deletion skip them)
+STOP_METHODS = ("ifr_multi_hop_both",)
+
+
+# --- where the targets came from ------------------------------------------------------------------------------------
+
+def _settings(cache: Path) -> dict:
+    path = cache.with_name(cache.name + ".config.json")
+    if not path.exists():
+        return {}
+    obj = json.loads(path.read_text())
+    return obj.get("settings", obj)
+
+
+def source_rows(jobs) -> list[dict[str, Any]]:
+    """Per task (first job of each): the data source of its runs and, for a sampled cache, the sampling funnel
+    (``sampling.cache.funnel``), the generator that wrote the targets and the model's accuracy (judged correct over
+    generated). Every job of a task must have read the same file (else the rows name each)."""
+    by_task: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        src = job.source
+        row = by_task.setdefault(job.dataset, {"dataset": job.dataset, "sources": []})
+        if src and src.get("path") not in [s.get("path") for s in row["sources"]]:
+            row["sources"].append(src)
+    out = []
+    for task, row in by_task.items():
+        entry: dict[str, Any] = {"dataset": task, "kind": None, "path": None, "funnel": None, "generator": None,
+                                 "accuracy": None, "sources": len(row["sources"])}
+        if row["sources"]:
+            src = row["sources"][0]
+            entry.update(kind=src.get("kind"), path=src.get("path"))
+            if src.get("kind") == "cache" and src.get("path") and Path(src["path"]).exists():
+                counts = funnel(Path(src["path"]))
+                gen = (_settings(Path(src["path"])).get("generator") or {}).get("generator")
+                entry.update(funnel=counts, generator=gen,
+                             accuracy=counts["judged_correct"] / counts["generated"] if counts["generated"] else None)
+        out.append(entry)
+    return out
+
+
+def source_markdown(rows: list[dict[str, Any]], min_examples: int) -> list[str]:
+    lines = ["## Targets explained", "",
+             "Where each task's explained targets came from; for a sampled CoT cache the sampling funnel (rows tried / "
+             "generated / well-formed / judged correct / kept) and the model's accuracy on the task (judged correct "
+             "over generated; by construction 1 for the synthetic evidence CoT)."
+             + (f" A cell scored on fewer than {min_examples} examples is not filled." if min_examples else ""), "",
+             "| task | source | generator | tried | generated | well-formed | correct | kept | accuracy |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = r["funnel"]
+        src = f"{r['kind']}: `{r['path']}`" + (f" (+{r['sources'] - 1} more)" if r["sources"] > 1 else "")
+        counts = ([str(f[k]) for k in ("processed", "generated", "well_formed", "judged_correct", "kept")]
+                  if f else ["–"] * 5)
+        acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
+        lines.append(f"| {r['dataset']} | {src} | {r['generator'] or '–'} | " + " | ".join(counts) + f" | {acc} |")
+    return lines
+
+
+# --- recall budget --------------------------------------------------------------------------------------------------
+
+def record_budget(r: dict, fraction: float = 0.1) -> Optional[dict]:
+    """A record's ``recovery_budget``; for records written before it was kept, the all-token budget from P and the
+    gold count (what their recall ranked)."""
+    if r.get("recovery_budget"):
+        return r["recovery_budget"]
+    gold, P = r.get("gold_tokens"), r.get("P")
+    if not gold or not P or r.get("recovery") is None:
+        return None
+    k = top_k_count(int(P), fraction)
+    return {"ranked": P, "k": k, "gold": gold, "k_over_gold": k / gold, "ceiling": min(k, gold) / gold,
+            "stop_tokens_skipped": False}
+
+
+def budget_rows(records_by_task: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """Per task and recall definition (stop tokens skipped or not): mean k, |gold|, k/|gold| and ceiling over the
+    examples, from the records that scored recovery."""
+    out = []
+    for task, records in records_by_task.items():
+        groups: dict[bool, dict[str, dict]] = {}
+        for r in records:
+            b = record_budget(r)
+            if b is not None:
+                groups.setdefault(bool(b["stop_tokens_skipped"]), {})[r["example_id"]] = b
+        for skipped, per_example in sorted(groups.items()):
+            bs = list(per_example.values())
+            out.append({"dataset": task, "stop_tokens_skipped": skipped, "examples": len(bs),
+                        **{k: float(np.mean([b[k] for b in bs])) for k in ("ranked", "k", "gold", "k_over_gold",
+                                                                            "ceiling")}})
+    return out
+
+
+def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["## Recall budget", "",
+             "Recall@10% ranks the prompt tokens and takes the top k = ceil(0.1 x ranked); gold = the prompt tokens "
+             "overlapping the evidence. FlashTrace (stop tokens removed) is scored over its non-stop tokens, as its "
+             "code scores it: k, gold and ranked count those only. The ceiling min(k, gold)/gold is the best recall any "
+             "ranking reaches; both depend on the tokenizer and the haystack, so they differ from the paper's "
+             "(Qwen3-8B's tokenizer, its haystacks: not computable offline). Means over the examples.", "",
+             "| task | recall | examples | ranked | k | gold | k / gold | ceiling |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        kind = "stop tokens skipped (FlashTrace)" if r["stop_tokens_skipped"] else "all prompt tokens"
+        lines.append(f"| {r['dataset']} | {kind} | {r['examples']} | {r['ranked']:.1f} | {r['k']:.1f} | "
+                     f"{r['gold']:.1f} | {r['k_over_gold']:.2f} | {r['ceiling']:.3f} |")
+    return lines
+
+
+# --- faithfulness orderings per deletion set ------------------------------------------------------------------------
+
+def _compared(comps: list[dict], dataset: str, label: str, x: str, y: str) -> str:
+    c = next((c for c in comps if c["dataset"] == dataset and c["label"] == label and {c["a"], c["b"]} == {x, y}),
+             None)
+    if c is None:
+        return "not compared"
+    return "significant" if c["significant"] else "not significant"
+
+
+def deletion_set_rows(datasets: list[str], methods: list[str], cells: dict, comps: list[dict],
+                      paper: dict) -> list[dict[str, Any]]:
+    """Per task and metric (RISE, MAS): the methods' order under the mixed deletion sets (each method its own: the
+    paper's protocol), under each common set scored, and in the paper; and the pairs whose order depends on the set
+    (mixed against each common set), with this report's paired comparison under the common set."""
+    rows = []
+    for d in datasets:
+        for metric in COMMON_METRICS:
+            orders: dict[str, dict[str, float]] = {}
+            for name, label in [("mixed", metric)] + [(c, common_key(metric, c)) for c in COMMON_SETS]:
+                vals = {me: cells[(d, me)][label] for me in methods if cells.get((d, me), {}).get(label) is not None}
+                if len(vals) >= 2 and (name == "mixed" or label in {k for me in methods
+                                                                     for k in cells.get((d, me), {})}):
+                    orders[name] = vals
+            if len(orders) < 2:
+                continue  # no common set scored on this task
+            there = {me: paper[(d, me)][metric] for me in orders["mixed"] if metric in paper.get((d, me), {})}
+            flips = []
+            for c in (c for c in COMMON_SETS if c in orders):
+                for x, y in combinations(sorted(set(orders["mixed"]) & set(orders[c])), 2):
+                    a, b = orders["mixed"], orders[c]
+                    if a[x] != a[y] and b[x] != b[y] and (a[x] < a[y]) != (b[x] < b[y]):
+                        better = x if b[x] < b[y] else y
+                        flips.append({"set": c, "better": better, "worse": y if better == x else x,
+                                      "comparison": _compared(comps, d, common_key(metric, c), x, y)})
+            rows.append({"dataset": d, "metric": metric,
+                         "orders": {k: ranked(v, higher_is_better=False) for k, v in orders.items()},
+                         "paper": ranked(there, higher_is_better=False) if len(there) >= 2 else None,
+                         "flips": flips})
+    return rows
+
+
+def deletion_set_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    sets = [c for c in COMMON_SETS if any(c in r["orders"] for r in rows)]
+    lines = ["## Faithfulness by deletion set", "",
+             "The methods' order (best first) under the paper's mixed deletion sets (FlashTrace never deletes stop "
+             "tokens, every other method deletes every prompt token), under one common set for every method ("
+             + "; ".join(f"`{c}`: {COMMON_SETS[c]}" for c in sets) + "), and in the paper's Table 1; then the pairs "
+             "whose order changes with the set: the better one under the common set, with this report's paired "
+             "comparison there.", "",
+             "| task | metric | mixed (paper's protocol) | " + " | ".join(f"common `{c}`" for c in sets)
+             + " | paper | order depends on the set |", "|---" * (4 + len(sets)) + "|"]
+    for r in rows:
+        flips = "; ".join(f"`{f['set']}`: {f['better']} before {f['worse']} ({f['comparison']})" for f in r["flips"])
+        lines.append(f"| {r['dataset']} | {r['metric']} | {r['orders']['mixed']} | "
+                     + " | ".join(r["orders"].get(c, "–") for c in sets)
+                     + f" | {r['paper'] or '–'} | {flips or 'none'} |")
+    return lines

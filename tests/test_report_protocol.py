@@ -1,0 +1,121 @@
+"""The report's protocol sections (reporting/protocol.py) and the rows it names by setting: a method run with other
+settings is a row of its own (Table 1's FlashTrace hops=3 sensitivity row), figures over too few examples are not
+filled, the recall budget per definition, the faithfulness orderings by deletion set, and the sampling funnel."""
+
+import json
+
+import pytest
+
+from ctxbench.metrics.faithfulness import FaithfulnessScorer
+from ctxbench.metrics.recovery import RecoveryScorer
+from ctxbench.reporting.aggregate import RESULTS, find_jobs, table1, write_table1
+from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
+from ctxbench.reporting.tables import summarize
+
+SCORERS = {"faithfulness": FaithfulnessScorer(common_sets=["all", "nonstop"]), "recovery": RecoveryScorer()}
+
+
+def faith(own, all_, nonstop):
+    """RISE = MAS per set, enough for orderings."""
+    return {"row": {"RISE": own, "MAS": own, "RISE+AP": own, "curve": [0.0, -1.0], "density": [1.0, 0.0],
+                    "common": {"all": {"RISE": all_, "MAS": all_, "RISE+AP": all_, "curve": [0.0, -1.0]},
+                               "nonstop": {"RISE": nonstop, "MAS": nonstop, "RISE+AP": nonstop, "curve": [0.0, -1.0]}}}}
+
+
+def record(eid, method, own, all_, nonstop, recall=0.5, skipped=False):
+    budget = {"ranked": 80 if skipped else 100, "k": 8 if skipped else 10, "gold": 16 if skipped else 20}
+    budget.update(k_over_gold=budget["k"] / budget["gold"], ceiling=min(budget["k"], budget["gold"]) / budget["gold"],
+                  stop_tokens_skipped=skipped)
+    return {"example_id": eid, "method": method, "P": 100, "G": 5, "attribution_s": 1.0,
+            "faithfulness": faith(own, all_, nonstop), "recovery": {"row": recall}, "recovery_skipped": None,
+            "gold_tokens": 20, "recovery_budget": budget}
+
+
+def write_job(root, name, records, attribution, overrides=(), modes=("faithfulness", "recovery"), source=None):
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    scorers = {n: SCORERS[n] for n in modes}
+    config = {"dataset": {"name": "niah_mq_q2"}, "model": {"name": "smollm2-135m"}, "attribution": attribution,
+              "views": ["row"], "mode": {n: {"_target_": f"{type(s).__module__}.{type(s).__name__}",
+                                             **({"common_sets": ["all", "nonstop"]} if n == "faithfulness" else {})}
+                                         for n, s in scorers.items()}}
+    (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config, "dataset": source or {}}))
+    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (d / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    (d / "summary.json").write_text(json.dumps({
+        "methods": summarize(records, scorers, ["row"]), "views": ["row"],
+        "scorers": {n: s.describe() for n, s in scorers.items()}}))
+    return d
+
+
+# FlashTrace best under its own (mixed) set, last under "all"; IFR and attention swap under "nonstop"
+RECS = [r for e in "abc" for r in (record(e, "ifr_multi_hop_both", 0.1, 0.9, 0.1, skipped=True),
+                                    record(e, "ifr_all_positions", 0.5, 0.5, 0.3),
+                                    record(e, "attention", 0.6, 0.6, 0.2))]
+
+
+def test_a_method_with_other_settings_is_its_own_row(tmp_path):
+    attribution = {m: {"_target_": "x", "hops": 1} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention")}
+    f = write_job(tmp_path, "f", RECS, attribution)
+    k3 = [dict(r, recovery={"row": 0.25}) for r in RECS if r["method"] == "ifr_multi_hop_both"]
+    for r in k3:
+        del r["faithfulness"]
+    r3 = write_job(tmp_path, "r3", k3, {"ifr_multi_hop_both": {"_target_": "x", "hops": 3}},
+                   overrides=["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"], modes=("recovery",))
+    jobs = find_jobs([f, r3])  # no prefer_later needed: not a repeat
+    datasets, methods, metrics, cells = table1(jobs, view="row")
+    assert methods == ["ifr_multi_hop_both", "ifr_all_positions", "attention", "ifr_multi_hop_both (hops=3)"]
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["Recall@10%"] == pytest.approx(0.5)  # the hops=1 figure
+    assert cells[("niah_mq_q2", "ifr_multi_hop_both (hops=3)")]["Recall@10%"] == pytest.approx(0.25)
+    assert {r["method"] for r in jobs[1].records()} == {"ifr_multi_hop_both (hops=3)"}
+    md = write_table1(jobs, tmp_path / "out", view="row", caption="evidence CoT (labelled synthetic)",
+                      min_examples=4)[2]
+    assert md.startswith("**evidence CoT (labelled synthetic)**")
+    assert "|  | ifr_multi_hop_both (hops=3) | – | – | – | – | – | – | – | too few (3) |" in md
+    saved = json.loads((tmp_path / "out" / "table1.json").read_text())
+    assert saved["caption"] == "evidence CoT (labelled synthetic)" and saved["min_examples"] == 4
+
+
+def test_deletion_set_orderings_and_budget(tmp_path):
+    attribution = {m: {"_target_": "x"} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention")}
+    jobs = find_jobs([write_job(tmp_path, "f", RECS, attribution)])
+    datasets, methods, metrics, cells = table1(jobs, view="row")
+    paper = {("niah_mq_q2", "ifr_multi_hop_both"): {"RISE": 0.07, "MAS": 0.16},
+             ("niah_mq_q2", "ifr_all_positions"): {"RISE": 0.08, "MAS": 0.14}}
+    rows = deletion_set_rows(datasets, methods, cells, [], paper)
+    rise = next(r for r in rows if r["metric"] == "RISE")
+    assert rise["orders"] == {"mixed": "ifr_multi_hop_both, ifr_all_positions, attention",
+                              "all": "ifr_all_positions, attention, ifr_multi_hop_both",
+                              "nonstop": "ifr_multi_hop_both, attention, ifr_all_positions"}
+    assert rise["paper"] == "ifr_multi_hop_both, ifr_all_positions"
+    flips = {(f["set"], f["better"], f["worse"]) for f in rise["flips"]}
+    assert flips == {("all", "ifr_all_positions", "ifr_multi_hop_both"), ("all", "attention", "ifr_multi_hop_both"),
+                     ("nonstop", "attention", "ifr_all_positions")}
+    budgets = budget_rows({"niah_mq_q2": [r for j in jobs for r in j.records()]})
+    assert [(b["stop_tokens_skipped"], b["k"], b["gold"], b["ceiling"]) for b in budgets] == [
+        (False, 10, 20, 0.5), (True, 8, 16, 0.5)]
+    md = write_table1(jobs, tmp_path / "out", view="row")[2]
+    assert "## Faithfulness by deletion set" in md and "## Recall budget" in md
+
+
+def test_budget_of_records_written_before_it_was_kept():
+    # P = 891 prompt tokens, 45 gold: k = ceil(89.1) = 90, all tokens ranked
+    b = record_budget({"P": 891, "gold_tokens": 45, "recovery": {"row": 0.6}})
+    assert (b["k"], b["gold"], b["stop_tokens_skipped"]) == (90, 45, False) and b["ceiling"] == 1.0
+    assert record_budget({"P": 891, "gold_tokens": 0, "recovery": None}) is None
+
+
+def test_funnel_of_a_sampled_cache(tmp_path):
+    from ctxbench.reporting.protocol import source_rows
+    from types import SimpleNamespace
+
+    cache = tmp_path / "niah_mq_q2.jsonl"
+    cache.write_text("")
+    log = [{"id": "0", "status": "kept"}, {"id": "1", "status": "judged_wrong"},
+           {"id": "2", "status": "malformed", "reason": "no_box"}, {"id": "3", "status": "generation_error"}]
+    (tmp_path / "niah_mq_q2.jsonl.log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
+    (tmp_path / "niah_mq_q2.jsonl.config.json").write_text(json.dumps({"generator": {"generator": "hf"}}))
+    job = SimpleNamespace(dataset="niah_mq_q2", source={"kind": "cache", "path": str(cache)})
+    row = source_rows([job])[0]
+    assert row["generator"] == "hf" and row["funnel"]["processed"] == 4 and row["funnel"]["kept"] == 1
+    assert row["accuracy"] == pytest.approx(1 / 3)  # judged correct 1 of 3 generated
