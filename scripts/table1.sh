@@ -19,6 +19,7 @@
 #   rec           FlashTrace's recovery alone: hops=3 (a labelled sensitivity row), and for gold also hops=1 with the
 #                 stop-token recall (gold's faith lane predates it)
 #   report        the variant's table in the paper's layout, intervals, orderings, funnel: <variant>/report/
+#   compare       (no variant) the variants' reports beside the paper's Table 1: runs/table1/variants/variants.md
 #
 # TABLE1_DIR (runs/table1), TABLE1_TASKS, TABLE1_EXAMPLES (kept examples per task, 20), TABLE1_ROWS (rows the
 # sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's). The lanes set one
@@ -36,7 +37,7 @@ fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report|compare"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -90,6 +91,11 @@ case $lane in
     [ -d "$vdir/rec_h3" ] && runs+=",$vdir/rec_h3"
     exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
       "caption=\"$caption\"" hydra.run.dir="$vdir/report" "$@" ;;
+  compare)
+    reports=""
+    for v in report cot_self/report cot_evidence/report; do [ -f "$out/$v/table1.json" ] && reports+="${reports:+,}$out/$v"; done
+    [ -n "$reports" ] || fail "no variant's report yet (bash scripts/table1.sh <variant> report)"
+    exec "$py" exp/exp2/report.py 'runs=[]' "variants=[$reports]" hydra.run.dir="$out/variants" "$@" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | ig | rec | report)" ;;
+    fail "unknown lane '$lane' (sample | faith | ig | rec | report | compare)" ;;
 esac

@@ -119,3 +119,28 @@ def test_funnel_of_a_sampled_cache(tmp_path):
     row = source_rows([job])[0]
     assert row["generator"] == "hf" and row["funnel"]["processed"] == 4 and row["funnel"]["kept"] == 1
     assert row["accuracy"] == pytest.approx(1 / 3)  # judged correct 1 of 3 generated
+
+
+def test_variants_side_by_side_with_the_paper(tmp_path):
+    from omegaconf import OmegaConf
+
+    from ctxbench.stages.report import report_stage
+
+    attribution = {m: {"_target_": "x"} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention")}
+    jobs = find_jobs([write_job(tmp_path, "f", RECS, attribution)])
+    write_table1(jobs, tmp_path / "gold", view="row", paper=True, caption="gold continuation, no CoT: raw data")
+    write_table1(jobs, tmp_path / "ev", view="row", paper=True, caption="evidence CoT (labelled synthetic)",
+                 min_examples=5)
+    cfg = OmegaConf.create({"runs": [], "variants": [str(tmp_path / "gold"), str(tmp_path / "ev")]})
+    out = report_stage(cfg, tmp_path / "out")
+    md = (tmp_path / "out" / "variants.md").read_text()
+    assert out == {"variants": str(tmp_path / "out" / "variants.md")}
+    assert "| method | paper | gold continuation, no CoT | evidence CoT (labelled synthetic) |" in md
+    # the paper's figures (resources/table1/paper.csv), then each variant's; under min_examples: too few
+    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 | too few (3) / too few (3) / " \
+           "too few (3) |" in md
+    assert "| attention | – / – / – | 0.600 / 0.600 / 0.500 |" in md
+    # FlashTrace best and IFR second here on RISE, as in the paper (RISE 0.068 < 0.075): the one pair kept
+    assert "RISE 1/1" in md and "all: 0.50, 0.500; non-stop: 0.50, 0.500" in md
+    with pytest.raises(ValueError, match="runs: name the run_exp"):
+        report_stage(OmegaConf.create({"runs": [], "variants": []}), tmp_path / "none")

@@ -110,6 +110,9 @@ class ReportConfig:
     paper: bool = False  # also the methods' order against the paper's Table 1 (resources/table1/paper.csv)
     caption: Optional[str] = None  # a line above the table saying what it explains (e.g. "gold continuation, no CoT")
     min_examples: int = 0  # a cell scored on fewer examples reads "too few (n)" instead of its figure
+    # report folders (each with its table1.json, one per variant of the targets) set side by side with the paper's
+    # Table 1 in variants.md
+    variants: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -185,3 +185,84 @@ def deletion_set_markdown(rows: list[dict[str, Any]]) -> list[str]:
                      + " | ".join(r["orders"].get(c, "–") for c in sets)
                      + f" | {r['paper'] or '–'} | {flips or 'none'} |")
     return lines
+
+
+# --- the variants side by side --------------------------------------------------------------------------------------
+
+VARIANT_METRICS = ("RISE", "MAS", "Recall@10%")
+
+
+def _short(caption: Optional[str], fallback: str) -> str:
+    return (caption or fallback).split(":")[0].strip()
+
+
+def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
+    """Several Table-1 reports (``(folder, table1.json)``, one per variant of the targets) beside the paper's Table 1:
+    per task, each method's RISE / MAS / Recall@10% in the paper and in each variant (mean, and N when it differs
+    from the variant's task N), then per variant the model's accuracy, the recall budget and ceiling of each
+    definition, and how many of the paper's pairwise orders the variant keeps."""
+    names = [_short(t.get("caption"), Path(d).parent.name) for d, t in reports]
+    tasks = list(dict.fromkeys(d for _, t in reports for d in t["datasets"]))
+    lines = ["# Table 1: the variants beside the paper", "",
+             "RISE / MAS (lower is better) / Recall@10% (higher) per method: the paper's Table 1 (Qwen3-8B, 100 examples "
+             "per task) and each variant here; `n=` when a cell rests on another number of examples than the task's, "
+             "`too few` when under the report's min_examples. Sources: "
+             + "; ".join(f"{n}: `{d}`" for n, (d, _) in zip(names, reports)) + "."]
+    for task in tasks:
+        per = []
+        for _, t in reports:
+            cells = {c["method"]: c for c in t["cells"] if c["dataset"] == task}
+            per.append((t, cells))
+        methods = list(dict.fromkeys([m for (d, m) in paper if d == task] + [m for _, c in per for m in c]))
+        lines += ["", f"## {task}", "", "| method | paper | " + " | ".join(names) + " |",
+                  "|---" * (2 + len(names)) + "|"]
+        for me in methods:
+            row = [me, " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
+            for t, cells in per:
+                c = cells.get(me)
+                row.append("–" if c is None else " / ".join(_cell_fig(c, k, t.get("min_examples") or 0)
+                                                             for k in VARIANT_METRICS))
+            lines.append("| " + " | ".join(row) + " |")
+        lines += ["", "| variant | N | accuracy | recall budget k/gold, ceiling | paper's orders kept |",
+                  "|---|---|---|---|---|"]
+        for name, (t, cells) in zip(names, per):
+            src = next((s for s in t.get("sources") or [] if s["dataset"] == task), {})
+            acc = "–" if src.get("accuracy") is None else f"{src['accuracy']:.3f}"
+            f = src.get("funnel")
+            if f:
+                acc += f" ({f['kept']} kept of {f['processed']} tried)"
+            budget = "; ".join(f"{'non-stop' if b['stop_tokens_skipped'] else 'all'}: {b['k_over_gold']:.2f}, "
+                               f"{b['ceiling']:.3f}" for b in t.get("recall_budget") or [] if b["dataset"] == task)
+            ns = sorted({c["n"] for c in cells.values()})
+            lines.append(f"| {name} | {'/'.join(map(str, ns)) or '–'} | {acc} | {budget or '–'} | "
+                         f"{_kept_orders(t, task)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fig(x: Optional[float]) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def _cell_fig(cell: dict, label: str, min_examples: int) -> str:
+    st = cell["figures"].get(label)
+    if st is None or st.get("mean") is None:
+        return "–"
+    if st.get("n", 0) < min_examples:
+        return f"too few ({st['n']})"
+    return _fig(st["mean"]) + ("" if st.get("n") == cell["n"] else f" (n={st['n']})")
+
+
+def _kept_orders(t: dict, task: str) -> str:
+    """Over the task's metrics with two or more methods in both tables: the pairs in the paper's order here, of all
+    pairs, and how many of those in the other order are significant here."""
+    rows = [r for r in t.get("paper_ordering") or [] if r["dataset"] == task]
+    if not rows:
+        return "–"
+    parts = []
+    for r in rows:
+        n = len(r["here"].replace(" = ", ", ").split(", "))
+        pairs = n * (n - 1) // 2
+        swapped = len(r["swapped"])
+        sig = sum(1 for s in r["swapped"] if s["significant"])
+        parts.append(f"{r['metric']} {pairs - swapped}/{pairs}" + (f" ({sig} swaps significant)" if swapped else ""))
+    return "; ".join(parts)

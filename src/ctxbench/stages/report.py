@@ -5,10 +5,15 @@ the same tasks."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from ctxbench.errors import ConfigError, DataError
+from ctxbench.reporting.paper import load_paper
+from ctxbench.reporting.protocol import variants_markdown
 
 from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
@@ -19,7 +24,30 @@ from ctxbench.stages.run_shards import merged_shard_runs
 log = logging.getLogger(__name__)
 
 
+def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
+    """``variants.md``: the Table-1 reports of several variants beside the paper's Table 1."""
+    reports = []
+    for d in report_dirs:
+        path = Path(d) / "table1.json"
+        if not path.is_file():
+            raise DataError("no table1.json: make the variant's report first", file=path)
+        reports.append((str(d), json.loads(path.read_text())))
+    out = Path(output_dir) / "variants.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(variants_markdown(reports, load_paper()), encoding="utf-8")
+    return out
+
+
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    out = {}
+    if cfg.get("variants"):
+        path = write_variants(list(cfg.variants), output_dir)
+        print(path.read_text())
+        out["variants"] = str(path)
+    if not cfg.runs:
+        if out:
+            return out
+        raise ConfigError("runs: name the run_exp run or multirun folders to report (or variants=[report dirs])")
     # Shards of a sharded run_exp are merged first (under output_dir/merged_shards/), then read like any run.
     plain, merged = merged_shard_runs(list(cfg.runs), Path(output_dir))
     runs = plain + [str(m) for m in merged]
@@ -27,7 +55,6 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
     jobs = find_jobs(attribution_runs, cfg.get("prefer_later", False), cfg.get("unfinished", False)) \
         if attribution_runs else []
-    out = {}
     view = table_view(jobs, cfg.get("view")) if jobs else (cfg.get("view") or "seq")
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
