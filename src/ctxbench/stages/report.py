@@ -24,6 +24,15 @@ from ctxbench.stages.run_shards import merged_shard_runs
 log = logging.getLogger(__name__)
 
 
+def shown(path: str | Path) -> str:
+    """A path as the log shows it: relative to the working directory when inside it (committed report logs then
+    name no machine's folders)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
     """``variants.md``: the Table-1 reports of several variants beside the paper's Table 1."""
     reports = []
@@ -63,14 +72,14 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                                              table=table, caption=cfg.get("caption"),
                                              min_examples=cfg.get("min_examples", 0))
         print(md)
-        log.info("%d runs -> %s, %s", len(jobs), md_path, csv_path)
+        log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
         if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
             out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps))
-            log.info("-> %s", out["html"])
+            log.info("-> %s", shown(out["html"]))
     if retrieval:
         md_path, md = write_report(retrieval, jobs, output_dir, view=view)
         print(md)
-        log.info("%d retrieval runs -> %s", len(retrieval), md_path)
+        log.info("%d retrieval runs -> %s", len(retrieval), shown(md_path))
         out["retrieval"] = str(md_path)
     return out
