@@ -26,3 +26,16 @@ def test_provenance(tmp_path):
     assert m["versions"]["torch"].startswith("2.") and m["versions"]["python"].startswith("3.")
     assert "commit" in m["git"]
     assert build_manifest({}, stage="s", root=tmp_path)["git"] == {"commit": None}  # not a repository
+
+
+def test_paths_inside_the_root_are_written_relative_to_it(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    config = {"paths": {"root": str(root), "data_dir": str(root / "data")}, "other": str(tmp_path / "elsewhere"),
+              "prefix": str(root) + "2/x", "list": [str(root / "a.jsonl")]}
+    m = build_manifest(config, stage="run_exp", root=root, dataset={"path": str(root / "data" / "t.jsonl")},
+                       extra={"cache": str(root / "c.jsonl")})
+    assert m["config"]["paths"] == {"root": ".", "data_dir": "data"}
+    assert m["config"]["other"] == str(tmp_path / "elsewhere")  # outside the root: as it was
+    assert m["config"]["prefix"] == str(root) + "2/x"  # a sibling folder whose name starts like the root's
+    assert m["config"]["list"] == ["a.jsonl"] and m["dataset"]["path"] == "data/t.jsonl" and m["cache"] == "c.jsonl"

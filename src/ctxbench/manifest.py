@@ -78,17 +78,30 @@ def package_versions() -> dict[str, Optional[str]]:
     return out
 
 
+def relative_to_root(obj: Any, root: str | Path) -> Any:
+    """``obj`` with every absolute path string inside the project root written relative to it (the root itself as
+    "."): a manifest committed with its results names no machine's folders."""
+    top = str(Path(root).resolve())
+    if isinstance(obj, dict):
+        return {k: relative_to_root(v, top) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [relative_to_root(v, top) for v in obj]
+    if isinstance(obj, str) and obj.startswith(top) and (len(obj) == len(top) or obj[len(top)] == os.sep):
+        return os.path.relpath(obj, top)
+    return obj
+
+
 def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path,
                    dataset: Optional[dict[str, Any]] = None, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     return {
         "stage": stage,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": redact(list(sys.argv), env_secrets(config)),
-        "config": redact(config, env_secrets(config)),
+        "config": relative_to_root(redact(config, env_secrets(config)), root),
         "git": git_state(root),
         "versions": package_versions(),
-        "dataset": dataset or {},
-        **(extra or {}),
+        "dataset": relative_to_root(dataset or {}, root),
+        **relative_to_root(extra or {}, root),
     }
 
 
