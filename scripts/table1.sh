@@ -52,14 +52,17 @@ common=(paths.root=.)
 # second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
 sub() { echo "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$1\""; }
 run=(-m +experiment=table1 "dataset=$tasks" "${common[@]}")
-if [ "$variant" != gold ]; then
+if [ "$variant" != gold ] && [ "$lane" != sample ] && [ "$lane" != report ]; then
   # explain the variant's caches (the sampled cache wins over the raw data); refuse to start without them, so that
-  # no lane falls back to the raw gold targets
+  # no lane falls back to the raw gold targets; a task whose cache kept no row is left out (its report lists it)
+  kept=""
   for t in ${tasks//,/ }; do
-    [ "$lane" = sample ] || [ "$lane" = report ] || [ -s "$vdir/samples/$t.jsonl" ] ||
-      fail "no cache $vdir/samples/$t.jsonl: run 'bash scripts/table1.sh $variant sample' first"
+    [ -f "$vdir/samples/$t.jsonl" ] || fail "no cache $vdir/samples/$t.jsonl: run 'bash scripts/table1.sh $variant sample' first"
+    if [ -s "$vdir/samples/$t.jsonl" ]; then kept+="${kept:+,}$t"; else echo "table1.sh: $t: no row kept by the sampling stage, left out" >&2; fi
   done
-  run+=("paths.samples_dir=$vdir/samples" "mode.faithfulness.common_sets=[all,nonstop]")
+  [ -n "$kept" ] || fail "no task of $tasks kept a row in the sampling stage ($vdir/samples)"
+  run=(-m +experiment=table1 "dataset=$kept" "${common[@]}" "paths.samples_dir=$vdir/samples"
+       "mode.faithfulness.common_sets=[all,nonstop]")
 fi
 case $lane in
   sample)
@@ -83,14 +86,16 @@ case $lane in
         'attribution=[ifr_multi_hop_both]' "attribution.ifr_multi_hop_both.hops=$k" mode=recovery "$@"
     done ;;
   report)
-    runs="$vdir/faith_rec"
-    [ -d "$vdir/ig" ] && runs+=",$vdir/ig"
+    runs=""
+    [ -d "$vdir/faith_rec" ] && runs="$vdir/faith_rec"
+    [ -d "$vdir/ig" ] && runs+="${runs:+,}$vdir/ig"
     # gold: FlashTrace's stop-token recall (hops=1) replaces the faith lane's all-token one (prefer_later); hops=3 is
     # a row of its own, labelled by its setting
-    [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+=",$vdir/rec_h1"
-    [ -d "$vdir/rec_h3" ] && runs+=",$vdir/rec_h3"
+    [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+="${runs:+,}$vdir/rec_h1"
+    [ -d "$vdir/rec_h3" ] && runs+="${runs:+,}$vdir/rec_h3"
+    samples=(); [ "$variant" = gold ] || samples=("samples=[$vdir/samples]")
     exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
-      "caption=\"$caption\"" hydra.run.dir="$vdir/report" "$@" ;;
+      "caption=\"$caption\"" hydra.run.dir="$vdir/report" ${samples[@]+"${samples[@]}"} "$@" ;;
   compare)
     reports=""
     for v in report cot_self/report cot_evidence/report; do [ -f "$out/$v/table1.json" ] && reports+="${reports:+,}$out/$v"; done

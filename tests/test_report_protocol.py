@@ -144,3 +144,22 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     assert "RISE 1/1" in md and "all: 0.50, 0.500; non-stop: 0.50, 0.500" in md
     with pytest.raises(ValueError, match="runs: name the run_exp"):
         report_stage(OmegaConf.create({"runs": [], "variants": []}), tmp_path / "none")
+
+
+def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
+    from types import SimpleNamespace
+
+    from ctxbench.reporting.protocol import source_markdown, source_rows
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for task, statuses in (("niah_mv_v2", ["kept", "judged_wrong"]), ("vt_h2_c3", ["malformed", "malformed"])):
+        (samples / f"{task}.jsonl").write_text("")
+        (samples / f"{task}.jsonl.log.jsonl").write_text(
+            "".join(json.dumps({"id": str(i), "status": s, "reason": "no_box"}) + "\n" for i, s in enumerate(statuses)))
+    job = SimpleNamespace(dataset="niah_mv_v2", source={"kind": "cache", "path": str(samples / "niah_mv_v2.jsonl")})
+    rows = source_rows([job], [samples])
+    assert [(r["dataset"], r["explained"], r["funnel"]["kept"]) for r in rows] == [
+        ("niah_mv_v2", True, 1), ("vt_h2_c3", False, 0)]
+    md = "\n".join(source_markdown(rows, 10))
+    assert "| vt_h2_c3 (not explained: 0 kept) | cache: " in md and "| – | 2 | 2 | 0 | 0 | 0 | 0.000 |" in md

@@ -113,6 +113,8 @@ class ReportConfig:
     # report folders (each with its table1.json, one per variant of the targets) set side by side with the paper's
     # Table 1 in variants.md
     variants: List[str] = field(default_factory=list)
+    # folders of sampled caches (a CoT variant's samples/): each task's funnel is listed, explained or not
+    samples: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -322,11 +322,12 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None, paper: bool = False,
                  table: Optional[tuple] = None, caption: Optional[str] = None,
-                 min_examples: int = 0) -> tuple[Path, Path, str]:
+                 min_examples: int = 0, samples: Iterable[str | Path] = ()) -> tuple[Path, Path, str]:
     """``table1.md`` (``caption``, the Table-1 layout with intervals, where the targets came from, the recall budget,
     the faithfulness orderings by deletion set, the paired comparisons, and with ``paper`` the order of the methods
     against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and ``table1.json``
-    (all of it). A cell scored on fewer than ``min_examples`` examples is not filled (the table says so).
+    (all of it). A cell scored on fewer than ``min_examples`` examples is not filled (the table says so); the caches
+    in the ``samples`` folders that no run explained are listed with their funnels.
     ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
     datasets, methods, metrics, cells = table or table1(jobs, view, stats)
@@ -336,7 +337,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     comps = comparisons(jobs, view, stats)
 
     orderings = ordering_rows(datasets, methods, metrics, cells, comps, load_paper()) if paper else None
-    sources = source_rows(jobs)
+    sources = source_rows(jobs, list(samples))
     budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
     by_set = deletion_set_rows(datasets, methods, cells, comps, load_paper())
 
@@ -346,7 +347,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *table1_markdown(datasets, methods, metrics, cells, n_of, min_examples),
+                    *(table1_markdown(datasets, methods, metrics, cells, n_of, min_examples) if datasets
+                      else ["No task explained yet."]),
                     "", *source_markdown(sources, min_examples),
                     *(["", *budget_markdown(budgets)] if budgets else []),
                     *(["", *deletion_set_markdown(by_set)] if by_set else []),

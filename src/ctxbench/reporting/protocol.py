@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -31,29 +31,41 @@ def _settings(cache: Path) -> dict:
     return obj.get("settings", obj)
 
 
-def source_rows(jobs) -> list[dict[str, Any]]:
-    """Per task (first job of each): the data source of its runs and, for a sampled cache, the sampling funnel
-    (``sampling.cache.funnel``), the generator that wrote the targets and the model's accuracy (judged correct over
-    generated). Every job of a task must have read the same file (else the rows name each)."""
-    by_task: dict[str, dict[str, Any]] = {}
+def _cache_entry(task: str, path: Path) -> dict[str, Any]:
+    """A sampled cache's funnel (``sampling.cache.funnel``), the generator that wrote its targets and the model's
+    accuracy (judged correct over generated)."""
+    counts = funnel(path)
+    gen = (_settings(path).get("generator") or {}).get("generator")
+    return {"funnel": counts, "generator": gen,
+            "accuracy": counts["judged_correct"] / counts["generated"] if counts["generated"] else None}
+
+
+def source_rows(jobs, samples: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+    """Per task (first job of each): the data source of its runs and, for a sampled cache, its funnel, generator and
+    accuracy; then every cache in the ``samples`` folders whose task no job explained (too few rows kept), with
+    ``explained`` False."""
+    by_task: dict[str, list[dict]] = {}
     for job in jobs:
-        src = job.source
-        row = by_task.setdefault(job.dataset, {"dataset": job.dataset, "sources": []})
-        if src and src.get("path") not in [s.get("path") for s in row["sources"]]:
-            row["sources"].append(src)
+        sources = by_task.setdefault(job.dataset, [])
+        if job.source and job.source.get("path") not in [s.get("path") for s in sources]:
+            sources.append(job.source)
     out = []
-    for task, row in by_task.items():
+    for task, sources in by_task.items():
         entry: dict[str, Any] = {"dataset": task, "kind": None, "path": None, "funnel": None, "generator": None,
-                                 "accuracy": None, "sources": len(row["sources"])}
-        if row["sources"]:
-            src = row["sources"][0]
+                                 "accuracy": None, "sources": len(sources), "explained": True}
+        if sources:
+            src = sources[0]
             entry.update(kind=src.get("kind"), path=src.get("path"))
             if src.get("kind") == "cache" and src.get("path") and Path(src["path"]).exists():
-                counts = funnel(Path(src["path"]))
-                gen = (_settings(Path(src["path"])).get("generator") or {}).get("generator")
-                entry.update(funnel=counts, generator=gen,
-                             accuracy=counts["judged_correct"] / counts["generated"] if counts["generated"] else None)
+                entry.update(_cache_entry(task, Path(src["path"])))
         out.append(entry)
+    for folder in samples:
+        for path in sorted(Path(folder).glob("*.jsonl")):
+            task = path.name[:-len(".jsonl")]
+            if task in by_task or task.endswith(".log") or ".shard-" in task:
+                continue
+            out.append({"dataset": task, "kind": "cache", "path": str(path), "sources": 1, "explained": False,
+                        **_cache_entry(task, path)})
     return out
 
 
@@ -71,7 +83,11 @@ def source_markdown(rows: list[dict[str, Any]], min_examples: int) -> list[str]:
         counts = ([str(f[k]) for k in ("processed", "generated", "well_formed", "judged_correct", "kept")]
                   if f else ["–"] * 5)
         acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
-        lines.append(f"| {r['dataset']} | {src} | {r['generator'] or '–'} | " + " | ".join(counts) + f" | {acc} |")
+        task = r["dataset"]
+        if not r["explained"]:
+            few = f and f["kept"] < max(min_examples, 1)
+            task += f" (not explained: {f['kept']} kept)" if few else " (not explained yet)"
+        lines.append(f"| {task} | {src} | {r['generator'] or '–'} | " + " | ".join(counts) + f" | {acc} |")
     return lines
 
 

@@ -53,6 +53,12 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         path = write_variants(list(cfg.variants), output_dir)
         print(path.read_text())
         out["variants"] = str(path)
+    if not cfg.runs and cfg.get("samples"):
+        # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
+        md_path, _, md = write_table1([], output_dir, caption=cfg.get("caption"),
+                                      min_examples=cfg.get("min_examples", 0), samples=list(cfg.samples))
+        print(md)
+        return {**out, "markdown": str(md_path)}
     if not cfg.runs:
         if out:
             return out
@@ -70,7 +76,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         table = table1(jobs, view, stats)
         md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False),
                                              table=table, caption=cfg.get("caption"),
-                                             min_examples=cfg.get("min_examples", 0))
+                                             min_examples=cfg.get("min_examples", 0),
+                                             samples=list(cfg.get("samples") or []))
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
