@@ -72,6 +72,7 @@ def test_a_method_with_other_settings_is_its_own_row(tmp_path):
                       min_examples=4)[2]
     assert md.startswith("**evidence CoT (labelled synthetic)**")
     assert "|  | ifr_multi_hop_both (hops=3) | – | – | – | – | – | – | – | too few (3) |" in md
+    assert "**too few" not in md  # a figure not shown is never marked the best
     saved = json.loads((tmp_path / "out" / "table1.json").read_text())
     assert saved["caption"] == "evidence CoT (labelled synthetic)" and saved["min_examples"] == 4
 

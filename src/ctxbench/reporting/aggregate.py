@@ -396,8 +396,9 @@ def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[
                 st = c["stats"].get(m["label"])
                 text = "–" if st is None else (f"too few ({st['n']})" if st.get("n", 0) < min_examples
                                                else stat_cell(st))
-                row.append(f"**{text}**" if c.get(m["label"]) is not None and c[m["label"]] == best.get(m["label"])
-                           else text)
+                filled = st is not None and st.get("n", 0) >= min_examples
+                row.append(f"**{text}**" if filled and c.get(m["label"]) is not None
+                           and c[m["label"]] == best.get(m["label"]) else text)
             lines.append("| " + " | ".join(row) + " |")
     return lines
 
