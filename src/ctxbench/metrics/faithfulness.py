@@ -20,12 +20,12 @@ from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
+from ctxbench.attribution.base import stop_mask
+from ctxbench.batching import run_in_batches
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
-from ctxbench.batching import run_in_batches
 from ctxbench.tokens import eos_id
-from ctxbench.attribution.base import stop_mask
 
 log = logging.getLogger(__name__)
 

@@ -336,10 +336,11 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     labels = [m["label"] for m in metrics]
     comps = comparisons(jobs, view, stats)
 
-    orderings = ordering_rows(datasets, methods, metrics, cells, comps, load_paper()) if paper else None
+    paper_figures = load_paper()
+    orderings = ordering_rows(datasets, methods, metrics, cells, comps, paper_figures) if paper else None
     sources = source_rows(jobs, list(samples))
     budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
-    by_set = deletion_set_rows(datasets, methods, cells, comps, load_paper())
+    by_set = deletion_set_rows(datasets, methods, cells, comps, paper_figures)
 
     def n_of(d):
         return task_n(cells, d, methods)
@@ -366,7 +367,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                                        for me in methods for m in labels])
     (out / "table1.json").write_text(json.dumps({
         "caption": caption, "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
-        "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods, "metrics": metrics,
+        "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods,
+        "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],

@@ -17,9 +17,6 @@ from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.paper import ranked
 from ctxbench.sampling.cache import funnel
 
-# the methods that remove stop tokens (their rankings, recall and deletion skip them)
-STOP_METHODS = ("ifr_multi_hop_both",)
-
 
 # --- where the targets came from ------------------------------------------------------------------------------------
 
