@@ -164,3 +164,13 @@ def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
         ("niah_mv_v2", True, 1), ("vt_h2_c3", False, 0)]
     md = "\n".join(source_markdown(rows, 10))
     assert "| vt_h2_c3 (not explained: 0 kept) | cache: " in md and "| – | 2 | 2 | 0 | 0 | 0 | 0.000 |" in md
+
+
+def test_the_caption_heads_the_page_too(tmp_path):
+    from ctxbench.reporting.html import write_report_html
+
+    attribution = {m: {"_target_": "x"} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention")}
+    jobs = find_jobs([write_job(tmp_path, "f", RECS, attribution)])
+    page = write_report_html(jobs, table1(jobs, view="row"), tmp_path / "out", 0,
+                             caption="evidence CoT <labelled synthetic>").read_text()
+    assert "<p><b>evidence CoT &lt;labelled synthetic&gt;</b></p>" in page

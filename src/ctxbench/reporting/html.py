@@ -374,10 +374,11 @@ def write_run_html(job_dir: str | Path, title: str, examples: int) -> Path:
     return atomic_write_text(job_dir / PAGE, page(title, legend() + body, data))
 
 
-def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples: int) -> Path:
-    """``<output_dir>/report.html``: the Table-1 layout (``aggregate.table1``'s result), then one folding section per
-    job (``JobRun``) with its tables, figures and first ``examples`` heat maps."""
-    parts, data = [table1_html(*table), legend()], {}
+def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples: int,
+                      caption: Optional[str] = None) -> Path:
+    """``<output_dir>/report.html``: ``caption`` (what the table explains), the Table-1 layout (``aggregate.table1``'s
+    result), then one folding section per job (``JobRun``) with its tables, figures and first ``examples`` heat maps."""
+    parts, data = [*([f"<p><b>{_text(caption)}</b></p>"] if caption else []), table1_html(*table), legend()], {}
     for n, job in enumerate(jobs):
         body, d = job_body(job.path, job.summary, examples, f"j{n}")
         note = f" (unfinished: {unfinished_note(job)})" if job.unfinished else ""

@@ -82,7 +82,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
         if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
-            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps))
+            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps, cfg.get("caption")))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
         md_path, md = write_report(retrieval, jobs, output_dir, view=view)
