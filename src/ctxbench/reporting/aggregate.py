@@ -27,7 +27,7 @@ from ctxbench.reporting.tables import (comparison_cell, compare, direction, metr
                                       stat_cell, summarize)
 
 # Keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics.
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.")
+IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume")
 RESULTS = "results.jsonl"
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,8 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
     """The job in ``d``; ``summary`` None: an unfinished job, summarised from its results so far as the run would."""
     ov_file = d / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(ov_file.read_text()) if ov_file.exists() else []
+    # resume= names the folder a run went on in, not a setting of the job
+    overrides = [o for o in overrides or [] if o.lstrip("+~").partition("=")[0] != "resume"]
     job = JobRun(d, manifest["config"], list(overrides or []), summary or {}, source=manifest.get("dataset") or {})
     if summary is None:
         config = job.config

@@ -43,8 +43,9 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def check_config(cache: Path, settings: dict[str, Any]) -> None:
-    """Record ``settings`` for a new cache, or refuse to append to a cache made with other settings."""
+def check_config(cache: Path, settings: dict[str, Any], record_new: bool = True) -> None:
+    """Record ``settings`` for a new cache, or refuse to append to a cache made with other settings
+    (``record_new=False``: check only, write nothing)."""
     record = config_path(cache)
     if record.exists():
         old = json.loads(record.read_text(encoding="utf-8"))
@@ -55,7 +56,7 @@ def check_config(cache: Path, settings: dict[str, Any]) -> None:
     elif cache.exists() and cache.stat().st_size > 0:
         raise DataError(f"exists without {record.name}: it was not made by this stage with these settings; "
                         f"use another cache path (cache=...)", file=cache)
-    else:
+    elif record_new:
         atomic_write_text(record, json.dumps(settings, indent=2, sort_keys=True, default=str) + "\n")
 
 

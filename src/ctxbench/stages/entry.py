@@ -32,11 +32,18 @@ def user_errors():
 
 
 def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
-    from hydra.core.hydra_config import HydraConfig
+    """The stage in its job folder (``ctxbench.stages.jobdir``): nothing of the folder changes before the stage
+    accepts the run; a Ctrl-C ends with one line saying what was kept and the command that resumes, exit code 130."""
+    from ctxbench.stages.jobdir import JobDir
 
-    output_dir = HydraConfig.get().runtime.output_dir
-    with user_errors():
-        return stage(cfg, output_dir)
+    job = JobDir.from_hydra(cfg)
+    with user_errors(), job.active():
+        try:
+            result = stage(cfg, str(job.path))
+        except KeyboardInterrupt:
+            job.interrupted()
+        job.accept()  # a stage that wrote nothing of its own still leaves Hydra's record of the job
+        return result
 
 
 def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], object]:
@@ -57,4 +64,7 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
         module, _, function = stage.partition(":")
         return run_entry(getattr(importlib.import_module(module), function), cfg)
 
+    from ctxbench.stages import jobdir
+
+    jobdir.exit_on_error = True  # a bad resume= (resolved by Hydra, outside the task) is one line and exit code 2
     return hydra.main(version_base="1.3", config_path=str(conf_dir), config_name=config_name)(task)

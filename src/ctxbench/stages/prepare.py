@@ -14,6 +14,7 @@ from ctxbench.errors import ConfigError
 from ctxbench.manifest import build_manifest, write_manifest
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.stages.common import build_dataset, stage_paths
+from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)
 
@@ -31,5 +32,6 @@ def prepare_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         log.info("wrote %d samples of %s at %d tokens to %s", ds.num_samples, ds.name, ds.length, target)
     manifest = build_manifest(to_plain(cfg), stage="prepare_data", root=paths.root,
                               dataset={"name": ds.name, "path": str(target), "sha256": file_fingerprint(target)})
+    accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, manifest)
     return {"path": str(target)}

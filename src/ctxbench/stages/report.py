@@ -19,6 +19,7 @@ from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_ta
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
+from ctxbench.stages.jobdir import accept as accept_job
 from ctxbench.stages.run_shards import merged_shard_runs
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,13 @@ def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     out = {}
     if cfg.get("variants"):
+        accept_job()  # before each first write into the job folder (ctxbench.stages.jobdir)
         path = write_variants(list(cfg.variants), output_dir)
         print(path.read_text())
         out["variants"] = str(path)
     if not cfg.runs and cfg.get("samples"):
         # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
+        accept_job()
         md_path, _, md = write_table1([], output_dir, caption=cfg.get("caption"),
                                       min_examples=cfg.get("min_examples", 0), samples=list(cfg.samples))
         print(md)
@@ -74,6 +77,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if jobs:
         stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
         table = table1(jobs, view, stats)
+        accept_job()
         md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False),
                                              table=table, caption=cfg.get("caption"),
                                              min_examples=cfg.get("min_examples", 0),
@@ -85,6 +89,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps, cfg.get("caption")))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
+        accept_job()
         md_path, md = write_report(retrieval, jobs, output_dir, view=view)
         print(md)
         log.info("%d retrieval runs -> %s", len(retrieval), shown(md_path))

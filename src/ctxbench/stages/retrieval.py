@@ -35,6 +35,7 @@ from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, encode_shard,
 from ctxbench.retrievers.base import Retriever
 from ctxbench.shards import Shard
 from ctxbench.stages.common import stage_paths
+from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
     splits = load_splits(dataset, cfg, paths)
     model_name = retriever_label(retriever)
     r_settings = retriever_settings(retriever)
+    accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, build_manifest(
         to_plain(cfg), stage="run_exp", root=paths.root,
         dataset={"name": dataset.name, "kind": "retrieval", "splits": [

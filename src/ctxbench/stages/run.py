@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ctxbench.attribution import Attributor, save_trace
 from ctxbench.conf import to_plain
 from ctxbench.errors import ConfigError, DataError, ExampleRefused
-from ctxbench.evaluation import evaluate_example, prepare_example, view_weights
+from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
 from ctxbench.files import safe_filename
 from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
 from ctxbench.metrics.scorer import Scorer
@@ -34,6 +34,7 @@ from ctxbench.reporting.stats import StatsSettings, method_pairs
 from ctxbench.reporting.tables import markdown_summary, run_summary, write_mode_csvs
 from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
+from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 from ctxbench.stages.run_shards import write_shard_record
 
 log = logging.getLogger(__name__)
@@ -106,24 +107,37 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         raise ConfigError(str(exc)) from exc
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
     source, examples = dataset.load(paths, tok, cfg.max_examples)
+    check_targets(examples, source)  # nothing to explain (raw MoreHopQA rows, an empty cache): refused here
     for scorer in scorers.values():
         scorer.check(examples, source.name)
-    write_run_manifest(output_dir, to_plain(cfg), stage="run_exp", root=paths.root, source=source,
-                       n_examples=len(examples))
-    with_heatmap = {e.example_id for e in examples[:cfg.heatmaps]}  # by position in the dataset, shard or not
-    n_total, examples = len(examples), shard.select(examples)
-    if cfg.dry_run:
-        log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no attribution",
-                 len(examples))
-        return {"dry_run": True, "examples": len(examples)}
-    loaded = load_causal_lm(model_cfg, need_attentions=True, cache_dir=paths.model_cache_dir)
+    fingerprints = {name: config_fingerprint(cfg, name) for name in methods}
+    results_path = output_dir / RESULTS
+    # The results already in the folder are checked against this run's settings (and locked against a second
+    # writer) before the model loads and before anything of the folder changes: a refused rerun leaves it as it was.
+    stored = open_results(results_path, fingerprints) if results_path.exists() else None
+    try:
+        accept_job()
+        write_run_manifest(output_dir, to_plain(cfg), stage="run_exp", root=paths.root, source=source,
+                           n_examples=len(examples))
+        with_heatmap = {e.example_id for e in examples[:cfg.heatmaps]}  # by position in the dataset, shard or not
+        n_total, examples = len(examples), shard.select(examples)
+        if cfg.dry_run:
+            log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no "
+                     "attribution", len(examples))
+            if stored is not None:
+                stored.close()
+            return {"dry_run": True, "examples": len(examples)}
+        loaded = load_causal_lm(model_cfg, need_attentions=True, cache_dir=paths.model_cache_dir)
+    except BaseException:
+        if stored is not None:
+            stored.close()
+        raise
     model = loaded.model
     log.info("model %s on %s (%s)", model_cfg.name, loaded.device, loaded.model.dtype)
 
-    fingerprints = {name: config_fingerprint(cfg, name) for name in methods}
-    results_path = output_dir / RESULTS
     refused, refused_ids = [], []
-    with open_results(results_path, fingerprints) as results:
+    with stored if stored is not None else open_results(results_path, fingerprints) as results:
+        on_interrupt(lambda: _kept(results, examples, list(methods), results_path))
         todo = [e for e in examples if any(f"{m}|{e.example_id}" not in results for m in methods)]
         if len(todo) < len(examples):
             log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
@@ -160,6 +174,14 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if cfg.html:
         write_run_html(output_dir, title, cfg.heatmaps)
     return summary
+
+
+def _kept(results: AppendOnlyJsonl, examples, methods: list[str], path: Path) -> str:
+    """What an interrupted run keeps (the start of its one line)."""
+    done = [sum(f"{m}|{e.example_id}" in results for m in methods) for e in examples]
+    whole, partial = sum(d == len(methods) for d in done), sum(d for d in done if d < len(methods))
+    more = f" (and {partial} method result{'s' * (partial != 1)} of unfinished examples)" if partial else ""
+    return f"{whole} of {len(examples)} examples × {len(methods)} methods kept{more} in {shown(path)}"
 
 
 def _decoded(tok, prepared) -> tuple[list[str], list[str]]:

@@ -24,6 +24,7 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.manifest import write_manifest
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.shards import interleave
+from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ def write_shard_record(output_dir: Path, index: int, count: int, n_examples: int
 
 
 def run_config(manifest: dict) -> dict:
-    """The configuration that makes shards of one run comparable: everything but the shard and merge settings."""
-    return {k: v for k, v in manifest["config"].items() if k not in ("shard", "merge")}
+    """The configuration that makes shards of one run comparable: everything but the shard, merge and resume
+    settings."""
+    return {k: v for k, v in manifest["config"].items() if k not in ("shard", "merge", "resume")}
 
 
 def find_shard_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -123,6 +125,7 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
                 raise DataError(f"no result for example {eid!r}, method {m!r}; rerun shard {index}",
                                 file=records_by_shard[index] / RESULTS)
     ranked = sorted(records.values(), key=lambda r: (position[r["example_id"]], methods.index(r["method"])))
+    accept_job()  # every check passed: the job folder is written from here on (ctxbench.stages.jobdir)
     output_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output_dir / RESULTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ranked))
     for index, d in sorted(records_by_shard.items()):

@@ -32,10 +32,11 @@ from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import default_pool_path, example_rows, load_pool
 from ctxbench.sampling.attach import attach_spans
 from ctxbench.sampling.boxed import split_boxed_generation
-from ctxbench.sampling.cache import SampleCache, funnel, merge_shards
+from ctxbench.sampling.cache import SampleCache, check_config, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
 from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, build_template, stage_paths, write_run_manifest
+from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,8 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
     # when a part runs it.
     needs_lm = local and (generator.needs_model or judge.needs_model or retriever.needs_lm)
-    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm else None
+    # a dry run loads no model: the tokenizer alone (below) reads the rows
+    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm and not cfg.dry_run else None
     tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
                                                  if local else None)
     if tokenizer is None:
@@ -135,10 +137,16 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     examples = examples[:cfg.max_rows]  # before sharding: shards split the same first rows
     generator.check(examples, dataset.name)
     cache = cache_path(cfg, dataset.name)
-    write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
-                       n_examples=len(examples), extra={"cache": str(cache), "shard": [shard.index, shard.count]})
+
+    def accept_and_record() -> None:
+        """The run is accepted (ctxbench.stages.jobdir): its first write into the job folder."""
+        accept_job()
+        write_run_manifest(output_dir, to_plain(cfg), stage="sample_and_filter", root=paths.root, source=source,
+                           n_examples=len(examples), extra={"cache": str(cache), "shard": [shard.index, shard.count]})
+
     if cfg.merge:
         merged = merge_shards(cache, shard.count, [e.example_id for e in examples], cfg.max_examples)
+        accept_and_record()
         log.info("merged %d shards into %s: %d examples kept of %d rows", merged["shards"], cache, merged["kept"],
                  merged["rows"])
         return _finish(output_dir, cache)
@@ -149,6 +157,11 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         retriever.fit(pool)
     except ValueError as exc:
         raise ConfigError(f"retriever: {exc}") from exc
+    parts = {"generator": generator.describe(), "judge": to_plain(cfg.judge)}
+    settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path, parts)
+    path = shard.path(cache)
+    check_config(path, settings, record_new=False)  # a cache of other settings is refused before the folder changes
+    accept_and_record()
     if cfg.dry_run:
         log.info("dry run: %d rows, pool of %d, parts built; nothing generated", len(examples), len(pool))
         return {"dry_run": True, "examples": len(examples)}
@@ -159,10 +172,10 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             retriever.use_lm(loaded.model, loaded.tokenizer, template)
     else:
         judge.bind(None)
-    parts = {"generator": generator.describe(), "judge": to_plain(cfg.judge)}
-    settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path, parts)
-    path = shard.path(cache)
+    rows = shard.select(examples)
     with SampleCache(path, settings) as store:
+        on_interrupt(lambda: f"{sum(store.processed(e.example_id) for e in rows)} of {len(rows)} rows processed, "
+                             f"{store.kept} examples kept in {shown(path)}")
         sample_rows(shard.select(examples), shard.select(query_rows), retriever=retriever, pool=pool,
                     template=template, tokenizer=tokenizer, generator=generator, judge=judge, cache=store,
                     max_examples=cfg.max_examples, chunk=cfg.chunk, progress=cfg.progress)

@@ -1,0 +1,223 @@
+"""The job folder of a stage run started from the command line, and where it is.
+
+Nothing of a job folder changes before the stage accepts the run. Hydra itself writes no ``.hydra/`` files
+(``hydra.output_subdir: null`` in ``conf/hydra/default.yaml``) and the job's log file handler holds its records
+(``DeferredFileHandler``); the stage calls ``accept()`` right before its first write into the folder (run_exp: after
+the results already there were checked against this run's settings), and only then are ``.hydra/config.yaml``,
+``hydra.yaml`` and ``overrides.yaml`` written (the files, and the content, Hydra would have written) and the log
+opened. A run refused before that leaves the folder byte for byte as it was; a folder that Hydra created for it, still
+empty, is removed. A stage that ends without calling ``accept()`` is accepted when it returns.
+
+``resume`` (``null | latest | <dir>``, conf/run.yaml and conf/sample.yaml) picks the run or sweep folder: the
+``ctxbench.job_dir`` resolver of ``hydra.run.dir`` / ``hydra.sweep.dir`` returns a new timestamped folder, the newest
+folder beside it (``latest``: the same stage, and for a single run the same dataset; by name, which is the start
+time), or the given folder, which must exist. A Ctrl-C ends with one line: what was kept and the command that resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from ctxbench.errors import ConfigError
+
+HYDRA_SUBDIR = ".hydra"
+EXIT_INTERRUPTED = 130
+
+_current: Optional["JobDir"] = None
+# set by the command-line entry: a resolver error (raised while Hydra resolves hydra.run.dir, outside the task) then
+# ends as one line and exit code 2, like every other user error
+exit_on_error = False
+
+
+class DeferredFileHandler(logging.FileHandler):
+    """A file handler (Hydra's job log, ``conf/hydra/default.yaml``) that holds its records, and opens no file, until
+    the job is accepted; a job refused before that adds no byte to an existing log and creates none."""
+
+    def __init__(self, filename, mode: str = "a", encoding: Optional[str] = None, delay: bool = True,
+                 errors: Optional[str] = None):
+        super().__init__(filename, mode, encoding, delay=True, errors=errors)
+        self._held: Optional[list[logging.LogRecord]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._held is not None:
+            self._held.append(record)
+        else:
+            super().emit(record)
+
+    def start(self) -> None:  # (not ``release``: that is the Handler's lock)
+        """Write the held records and go on writing; a closed handler (an earlier job's) stays closed."""
+        held, self._held = self._held, None
+        for record in held or ():
+            super().emit(record)
+
+    def close(self) -> None:
+        if self._held is not None:  # never accepted: its records are dropped
+            self._held = []
+        super().close()
+
+
+def _release_logs() -> None:
+    for h in logging.getLogger().handlers:
+        if isinstance(h, DeferredFileHandler):
+            h.start()
+
+
+class JobDir:
+    """One job's folder: ``accept()`` writes Hydra's record of the job and opens its log; until then nothing."""
+
+    def __init__(self, path: str | Path, files: dict[str, str], *, resume_dir: Optional[str] = None):
+        self.path = Path(path)
+        self._files = files  # .hydra/<name> -> text
+        self.fresh = not self.path.exists() or not any(self.path.iterdir())
+        self.accepted = False
+        self.resume_dir = resume_dir  # the folder resume=<dir> names to go on with this run (a sweep: the sweep)
+        self.kept: Optional[Callable[[], str]] = None
+
+    @classmethod
+    def from_hydra(cls, cfg) -> "JobDir":
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        hydra_cfg = HydraConfig.instance().cfg  # the `hydra` node alone, as Hydra saves it
+        hc = hydra_cfg.hydra
+        files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+                 "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
+        resume_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else hc.runtime.output_dir
+        return cls(hc.runtime.output_dir, files, resume_dir=resume_dir)
+
+    def accept(self) -> None:
+        if self.accepted:
+            return
+        self.accepted = True
+        d = self.path / HYDRA_SUBDIR
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in self._files.items():
+            (d / name).write_text(text, encoding="utf-8")
+        _release_logs()
+
+    def discard(self) -> None:
+        """A job that ends before it was accepted: the folder Hydra made for it goes if it is still empty."""
+        if self.fresh and self.path.is_dir() and not any(self.path.iterdir()):
+            self.path.rmdir()
+
+    @contextmanager
+    def active(self) -> Iterator["JobDir"]:
+        global _current
+        previous, _current = _current, self
+        try:
+            yield self
+        finally:
+            _current = previous
+            if not self.accepted:
+                self.discard()
+
+    def interrupted(self) -> None:
+        """The one line of a Ctrl-C (what was kept, the command that resumes), then exit code 130."""
+        if not self.accepted:
+            msg = "interrupted before the run started: nothing written"
+            if not self.fresh:
+                msg += f" ({shown(self.path)} is as it was)"
+        else:
+            kept = self.kept() if self.kept is not None else f"kept in {shown(self.path)}"
+            msg = f"interrupted: {kept}; resume: {resume_command(self.resume_dir or str(self.path))}"
+        print(msg, file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def accept() -> None:
+    """Called by a stage right before its first write into its job folder (no-op outside a command-line run)."""
+    if _current is not None:
+        _current.accept()
+
+
+def on_interrupt(kept: Callable[[], str]) -> None:
+    """What an interrupt keeps, said by the stage: ``kept()`` is the start of its line (e.g. "3 of 5 examples x 2
+    methods kept in <file>")."""
+    if _current is not None:
+        _current.kept = kept
+
+
+def shown(path: str | Path) -> str:
+    """A path relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# Hydra's grammar: what an override value may hold unquoted (OverrideLexer.g4: ID and UNQUOTED_CHAR)
+_UNQUOTED = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/-\\+.$%*@?|")
+
+
+def hydra_value(s: str) -> str:
+    """``s`` as a Hydra override value: as it is when the grammar allows, else in Hydra's single quotes."""
+    return s if s and set(s) <= _UNQUOTED else "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def resume_command(folder: str) -> str:
+    """This command line again, with ``resume=<folder>`` (an explicit hydra.run.dir / hydra.sweep.dir already names
+    the folder: then the same command)."""
+    args = [a for a in sys.argv[1:] if not a.startswith("resume=")]
+    if not any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in args):
+        args.append("resume=" + hydra_value(shown(folder)))
+    return shlex.join([shown(sys.executable), shown(sys.argv[0]), *args])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resolvers of conf/hydra/default.yaml
+
+
+def _fail(message: str) -> None:
+    if exit_on_error and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    raise ConfigError(message)
+
+
+def job_dir(resume: Any, fresh: str) -> str:
+    """``hydra.run.dir`` / ``hydra.sweep.dir``: ``fresh`` (a new timestamped folder) unless ``resume`` names one."""
+    if resume is None or str(resume) == "":
+        return fresh
+    resume = str(resume)
+    if resume == "latest":
+        parent = Path(fresh).parent
+        found = sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
+        if not found:
+            _fail(f"resume=latest: no earlier run in {parent}/ to resume (resume=<folder> names one)")
+        return str(parent / found[-1])
+    if not Path(resume).is_dir():
+        _fail(f"resume={resume}: no such run folder")
+    return resume
+
+
+def run_group(dataset: Any, merge: Any) -> str:
+    """The dataset segment of a single run's folder: the dataset's name; for ``run_exp merge=[dirs]`` the dataset of
+    the merged shards (``merged`` when they name none, or several)."""
+    from omegaconf import OmegaConf
+
+    if not (OmegaConf.is_list(merge) or isinstance(merge, (list, tuple))) or not merge:
+        return str(dataset)  # sample_and_filter's merge=true joins shards of the dataset named
+    import json
+
+    names = set()
+    try:
+        for d in map(Path, merge):
+            for m in [d / "manifest.json"] if (d / "manifest.json").exists() else d.rglob("manifest.json"):
+                names.add((json.loads(m.read_text(encoding="utf-8")).get("dataset") or {}).get("name"))
+    except (OSError, ValueError, TypeError):
+        return "merged"
+    return names.pop() if len(names) == 1 and None not in names else "merged"
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("ctxbench.job_dir", job_dir, replace=True)
+    OmegaConf.register_new_resolver("ctxbench.run_group", run_group, replace=True)

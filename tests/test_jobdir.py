@@ -1,0 +1,210 @@
+"""Job folders (ctxbench.stages.jobdir): a refused rerun changes nothing of the folder, resume= picks the folder,
+Ctrl-C ends with one line and the command that resumes, folder names pass back to Hydra as they are."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from ctxbench.conf import register_configs
+
+from conftest import CACHE_DIR, ROOT
+
+register_configs()
+
+RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
+              "outputs": ["1234567"], "answer_prefix": " Answer:",
+              "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
+
+
+def _cli(script, *args, cwd=ROOT, env=None):
+    env = {**os.environ, **(env or {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _bytes(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _ruler_data(tmp_path):
+    data = tmp_path / "data"
+    f = data / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps(RULER_LINE) + "\n")
+    return data
+
+
+def test_a_refused_rerun_leaves_the_folders_bytes_unchanged(tmp_path):
+    """run_exp: results written under another configuration are refused before the folder changes (manifest.json,
+    .hydra/*.yaml, the job's log: every byte as it was); a folder made for a run refused from the start is removed."""
+    data = _ruler_data(tmp_path)
+    common = [f"paths.data_dir={data}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 's'}",
+              "attribution=[random]", "mode=[recovery]", "views=[seq]"]
+    job = tmp_path / "job"
+    out = _cli("run_exp.py", *common, "dry_run=true", f"hydra.run.dir={job}")  # the earlier run's record
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "manifest.json",
+            "run_exp.log"} <= set(_bytes(job))
+    (job / "results.jsonl").write_text(json.dumps({"example_id": "niah_mq_q2/0", "method": "random",
+                                                   "config": "0123456789abcdef"}) + "\n")
+    before = _bytes(job)
+    out = _cli("run_exp.py", *common, "seed=1", f"hydra.run.dir={job}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {job / 'results.jsonl'}:1: field 'config': written for method 'random' under "
+                           f"another configuration"), last
+    assert _bytes(job) == before
+    fresh = tmp_path / "fresh"
+    out = _cli("run_exp.py", "dataset=jsonl", f"dataset.path={tmp_path / 'missing.jsonl'}", *common[1:],
+               f"hydra.run.dir={fresh}")
+    assert out.returncode == 2 and "no such RULER-format JSONL file" in out.stderr
+    assert not fresh.exists()
+
+
+def test_a_refused_sampling_rerun_leaves_the_folders_bytes_unchanged(tmp_path, morehopqa_path):
+    """sample_and_filter: a cache made with other settings is refused before the job folder changes."""
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"id": "x", "response": "I think. \\box{yes}"}) + "\n")
+    samples = tmp_path / "samples"
+    common = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "generator=replay", f"generator.path={answers}",
+              f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={samples}", "max_rows=2"]
+    job = tmp_path / "job"
+    out = _cli("sample_and_filter.py", *common, "dry_run=true", f"hydra.run.dir={job}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    samples.mkdir()
+    (samples / "morehopqa.jsonl.config.json").write_text(json.dumps({"made": "elsewhere"}) + "\n")
+    before = _bytes(job)
+    assert "manifest.json" in before and "sample_and_filter.log" in before
+    out = _cli("sample_and_filter.py", *common, f"hydra.run.dir={job}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "made with other settings" in out.stderr.strip().splitlines()[-1]
+    assert _bytes(job) == before
+
+
+def _compose(*overrides, config_name="run"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+
+
+def test_resume_picks_the_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "outputs" / "run_exp" / "niah_mq_q2"
+    for name in ("2026-01-01_10-00-00", "2026-01-02_09-00-00"):
+        (runs / name).mkdir(parents=True)
+    (tmp_path / "outputs" / "run_exp" / "vt_h2_c3" / "2026-03-01_00-00-00").mkdir(parents=True)
+    assert _compose("resume=latest").hydra.run.dir == "outputs/run_exp/niah_mq_q2/2026-01-02_09-00-00"
+    assert _compose("resume=latest", "dataset=vt_h2_c3").hydra.run.dir.endswith("vt_h2_c3/2026-03-01_00-00-00")
+    fresh = _compose().hydra.run.dir
+    assert fresh.startswith("outputs/run_exp/niah_mq_q2/") and fresh not in {str(p) for p in runs.iterdir()}
+    sweeps = tmp_path / "outputs" / "multirun" / "sample_and_filter"
+    (sweeps / "2026-01-01_10-00-00").mkdir(parents=True)
+    assert _compose("resume=latest", config_name="sample").hydra.sweep.dir == str(sweeps.relative_to(tmp_path) /
+                                                                                  "2026-01-01_10-00-00")
+    # a folder named by scripts/table1.sh (= and ,) is given in Hydra's quotes
+    odd = tmp_path / "faith_rec" / "dataset=niah_mq_q2,max_examples=20"
+    odd.mkdir(parents=True)
+    assert _compose(f"resume='{odd}'").hydra.run.dir == str(odd)
+    assert _compose(f"resume={runs / '2026-01-01_10-00-00'}").hydra.run.dir == str(runs / "2026-01-01_10-00-00")
+
+
+def test_a_bad_resume_is_one_line_and_exit_2(tmp_path):
+    out = _cli("run_exp.py", "resume=latest", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: resume=latest: no earlier run in outputs/run_exp/niah_mq_q2/ to resume (resume=<folder> names one)"]
+    out = _cli("run_exp.py", "-m", f"resume={tmp_path / 'nothing'}", "dataset=niah_mq_q2,vt_h2_c3", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"error: resume={tmp_path / 'nothing'}: no such run folder"]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_sweep_job_folder_names_pass_back_to_hydra_as_they_are(tmp_path):
+    cfg = _compose("dataset=vt_h2_c3", "mode=faithfulness", "attribution.random.seed=3", "resume=latest",
+                   f"paths.data_dir={tmp_path}")
+    name = f"0_{cfg.hydra.job.override_dirname}"
+    assert name == "0_attribution.random.seed-3+dataset-vt_h2_c3+mode-faithfulness"  # resume, paths: not the job's
+    parser = OverridesParser.create()
+    folder = f"outputs/multirun/run_exp/2026-01-01_10-00-00/{name}"
+    assert parser.parse_overrides([f"resume={folder}"])[0].value() == folder
+    assert parser.parse_overrides([f"hydra.run.dir={folder}"])[0].value() == folder
+    assert parser.parse_overrides([f"runs=[{folder},{folder}]"])[0].value() == [folder, folder]
+
+
+def test_a_merge_is_filed_under_the_merged_shards_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shard = tmp_path / "shards" / "0"
+    shard.mkdir(parents=True)
+    (shard / "manifest.json").write_text(json.dumps({"stage": "run_exp", "dataset": {"name": "vt_h2_c3"},
+                                                     "config": {"shard": {"index": 0, "count": 2}}}))
+    assert _compose(f"merge=[{tmp_path / 'shards'}]").hydra.run.dir.startswith("outputs/run_exp/vt_h2_c3/")
+    (tmp_path / "shards" / "1").mkdir()
+    (tmp_path / "shards" / "1" / "manifest.json").write_text(json.dumps({"dataset": {"name": "niah_mv_v2"}}))
+    assert _compose(f"merge=[{tmp_path / 'shards'}]").hydra.run.dir.startswith("outputs/run_exp/merged/")
+
+
+SLOW_ATTRIBUTOR = '''
+import time
+from dataclasses import dataclass
+from ctxbench.attribution.baselines import RandomAttributor
+
+@dataclass
+class SlowRandom(RandomAttributor):
+    """The random baseline, slowed down so that a test can interrupt the run between two lines."""
+    delay: float = 1.0
+
+    def _attribute(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return super()._attribute(*args, **kwargs)
+'''
+
+
+@pytest.mark.slow
+def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tmp_path):
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "slow_random.py").write_text(SLOW_ATTRIBUTOR)
+    conf = tmp_path / "conf" / "attribution"
+    conf.mkdir(parents=True)
+    (conf / "slow.yaml").write_text("slow:\n  _target_: slow_random.SlowRandom\n  delay: 1.0\n")
+    args = [sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), f"paths.data_dir={tmp_path / 'data'}",
+            f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "attribution=[random,slow]", "mode=[recovery]",
+            "views=[seq]", "length=512", "dataset.num_samples=4", "max_examples=4", "heatmaps=0", "html=false",
+            "progress=false"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plug"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HYDRA_FULL_ERROR", None)
+    runs = tmp_path / "outputs" / "run_exp" / "niah_mq_q2"  # cwd=tmp_path: the run dir is relative to it
+    # SIGINT may be ignored by whatever started the tests (a background shell): restore its default in the child
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        results = list(runs.glob("*/results.jsonl"))
+        if results and results[0].read_text().count("\n") >= 1:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    (job,) = runs.iterdir()
+    kept = (job / "results.jsonl").read_text().splitlines()
+    assert 1 <= len(kept) < 8
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("interrupted: ") and " of 4 examples × 2 methods kept" in last
+    assert f"in outputs/run_exp/niah_mq_q2/{job.name}/results.jsonl; resume: " in last
+    assert last.endswith(f"progress=false resume=outputs/run_exp/niah_mq_q2/{job.name}")
+    out = subprocess.run(args + ["resume=latest"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [p.name for p in runs.iterdir()] == [job.name]
+    lines = (job / "results.jsonl").read_text().splitlines()
+    assert lines[:len(kept)] == kept  # nothing written before is lost or rewritten
+    pairs = [(json.loads(line)["example_id"], json.loads(line)["method"]) for line in lines]
+    assert sorted(pairs) == sorted({(f"niah_mq_q2/{i}", m) for i in range(4) for m in ("random", "slow")})
+    assert (job / "summary.json").exists()
