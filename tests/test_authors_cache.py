@@ -17,7 +17,7 @@ from ctxbench.example import CachedExample, ExampleStore, read_examples
 from ctxbench.parts import build
 from ctxbench.sampling import attach_spans
 
-from conftest import ROOT
+from conftest import CACHE_DIR, ROOT
 
 NEEDLES = ("One of the special magic numbers for quiet-river is: 4817263.",
            "One of the special magic numbers for quiet-river is: 9051726.")
@@ -161,7 +161,7 @@ def test_run_exp_dry_run_and_one_line_error(authors_file, tmp_path):
     def run_exp(path, run_dir):
         return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "dataset=cached",
                                f"dataset.path={path}", "dataset.name=niah_mq_q2", "dry_run=true",
-                               f"paths.model_cache_dir={ROOT / '.cache'}", f"paths.samples_dir={tmp_path / 's'}",
+                               f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 's'}",
                                f"hydra.run.dir={run_dir}"], env=env, capture_output=True, text=True, timeout=600)
 
     out = run_exp(bad, tmp_path / "run_bad")

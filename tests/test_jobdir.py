@@ -23,7 +23,7 @@ RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for 
               "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
 
 
-def _cli(script, *args, cwd=ROOT, env=None):
+def _cli(script, *args, cwd=None, env=None):
     env = {**os.environ, **(env or {})}
     env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -47,7 +48,7 @@ def test_preview_records_on_morehopqa(morehopqa_path):
 
 def _cfg(*overrides):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="preview", overrides=[f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}",
+        return compose(config_name="preview", overrides=[f"paths.root={Path.cwd()}", f"paths.model_cache_dir={CACHE_DIR}",
                                                          *overrides])
 
 
@@ -94,11 +95,11 @@ def test_preview_command_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "preview_prompts.py"), "dataset=morehopqa",
                            "retriever=bm25", "n=2", f"output={out}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("=== ") == 2 and "--- text sent (chat template applied)" in proc.stdout
     assert "<|im_start|>assistant" in proc.stdout and len(out.read_text().splitlines()) == 2
     bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "preview_prompts.py"), "retriever=random",
                           "retriever.ice_num=99", f"hydra.run.dir={tmp_path / 'run2'}"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: retriever: ice_num=99")

@@ -335,7 +335,7 @@ def test_run_and_report_commands_write_the_page(tmp_path):
     job = tmp_path / "job"
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="run", overrides=[
-            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
             f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "length=512", "dataset.num_samples=1",
             "max_examples=1", "progress=false", "attribution=[ifr_multi_hop,attention]", "mode=[recovery]",
             "views=[seq,row]", "heatmaps=1"])

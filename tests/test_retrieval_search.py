@@ -132,7 +132,7 @@ def cfg_for(tmp_path, *overrides):
     (conf / "keyword.yaml").write_text("_target_: test_retrieval_search.KeywordReranker\nweight: 1.0\n")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="run", overrides=[
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={ROOT}",
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}",
             f"paths.model_cache_dir={tmp_path / 'cache'}", "mode=retrieval", "dataset=beir",
             f"dataset.path={folder(tmp_path) if not (tmp_path / 'data').exists() else tmp_path / 'data'}",
             "retriever=bm25", "mode.retrieval.k_values=[1,3]", "mode.retrieval.eval_metrics=[ndcg_at_3,mrr_at_1]",
@@ -201,7 +201,7 @@ def test_stage_loads_the_lm_only_for_a_reranker_that_needs_it(tmp_path, monkeypa
     (tmp_path / "conf" / "reranker" / "lm.yaml").write_text("_target_: test_retrieval_search.LMReranker\n")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="run", overrides=[
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={ROOT}", "mode=retrieval", "dataset=beir",
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}", "mode=retrieval", "dataset=beir",
             f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm"])
     result = run_stage(cfg, tmp_path / "job")
     assert LMReranker.bound == [sentinel] and {e["reranker"] for e in result["results"]} == {"NoReranker", "keyword"}

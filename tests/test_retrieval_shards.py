@@ -251,7 +251,7 @@ def test_stage_shards_then_search_equal_unsharded(tmp_path):
     def run(out, cache, *overrides):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             cfg = compose(config_name="run", overrides=[
-                f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+                f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
                 "mode=retrieval", "progress=false", "dataset=wiki_demo", "dataset.n_docs=300", "dataset.n_queries=40",
                 "retriever=dense", f"retriever.embedder.cache_dir={tmp_path / cache}", *overrides])
         return run_stage(cfg, tmp_path / out)

@@ -508,3 +508,14 @@ def test_mdl_keeps_the_set_with_the_lowest_label_entropy(tiny_lm):
         MDLRetriever(ice_num=1, label_field="nope", embedder=hash_embedder()).fit(pool)
     auto = MDLRetriever(ice_num=1, embedder=hash_embedder()).fit(pool)  # labels: the pool's distinct answers
     assert auto._labels == sorted({p["answer"] for p in pool})
+
+
+def test_bm25_builds_its_index_without_debug_lines(caplog):
+    """bm25s sets its own logger to DEBUG when imported; a fitted BM25 retriever leaves no line below WARNING."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    r = BM25Retriever(ice_num=4).fit(POOL)
+    assert len(r.retrieve(pool_queries(POOL)[:2])) == 2
+    assert logging.getLogger("bm25s").getEffectiveLevel() == logging.WARNING
+    assert not [rec for rec in caplog.records if rec.name.startswith("bm25s")]

@@ -128,7 +128,7 @@ def test_vt_h10_at_1024_noise_intact(files):
 
 
 def test_vt_too_short_is_refused_clearly(smol_tokenizer, tmp_path):
-    with pytest.raises(ValueError, match="vt_h10_c1.*raise max_seq_length"):
+    with pytest.raises(ValueError, match="vt_h10_c1.*raise the length"):
         write_task(tmp_path, "vt_h10_c1", max_seq_length=512, tokenizer=smol_tokenizer, num_samples=1)
     assert not (tmp_path / "512" / "vt_h10_c1" / "validation.jsonl").exists()
 

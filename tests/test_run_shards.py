@@ -79,7 +79,7 @@ def test_merge_refusals(tmp_path, case, message):
 def run_cfg(tmp_path, *overrides):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="run", overrides=[
-            f"paths.root={ROOT}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
             f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.num_samples=3", "length=512",
             "max_examples=3", "progress=false", "attribution=[random,attention]", "mode=[faithfulness,recovery]",
             "views=[seq]", "heatmaps=2", "save_traces=true",

@@ -49,7 +49,7 @@ def replay_file(tmp_path: Path, n: int) -> Path:
 def cfg_for(tmp_path, *overrides, n=9):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="sample", overrides=[
-            f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
+            f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
             "generator=replay", f"generator.path={replay_file(tmp_path, n)}", "progress=false", "chunk=4",
             "retriever=bm25", *overrides])
 
@@ -168,7 +168,7 @@ def test_resume_after_a_kill(tmp_path, sig):
             "generator=slow", "chunk=1", "progress=false", "dataset.name=morehopqa"]
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "plug")}
     # SIGINT may be ignored by whatever started the tests (a background shell): restore its default in the child
-    proc = subprocess.Popen(args + [f"hydra.run.dir={tmp_path / 'run1'}"], cwd=ROOT, env=env,
+    proc = subprocess.Popen(args + [f"hydra.run.dir={tmp_path / 'run1'}"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
@@ -180,7 +180,7 @@ def test_resume_after_a_kill(tmp_path, sig):
     proc.wait(timeout=60)
     done_before = len(log_path(cache).read_text().splitlines())
     assert 8 <= done_before < 150
-    out = subprocess.run(args + [f"hydra.run.dir={tmp_path / 'run2'}"], cwd=ROOT, env=env,
+    out = subprocess.run(args + [f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     log = [json.loads(line) for line in log_path(cache).read_text().splitlines()]
@@ -189,13 +189,49 @@ def test_resume_after_a_kill(tmp_path, sig):
     assert _ids(cache) == [ROWS[i]["_id"] for i in (0, 3, 6)]  # no duplicate, no partial line
 
 
+def test_run_exp_refuses_a_cache_made_at_another_length_before_any_model_loads(tmp_path, monkeypatch):
+    """The README's trap: after sampling niah_single_1 at 512 tokens, run_exp at 1,024 must not explain the
+    512-token cache; it is refused (naming the cache and the length it was made at) before the model loads and before
+    anything is written; at 512 the cache is read."""
+    from ctxbench.stages import run
+
+    common = [f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", "dataset=niah_single_1",
+              "dataset.num_samples=2", "progress=false"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="sample", overrides=common + ["length=512", "generator=evidence_cot",
+                                                                "retriever=zero"])
+    assert sample_stage(cfg, tmp_path / "sample")["kept"] == 2
+    cache = tmp_path / "exp" / "exp2" / "data" / "niah_single_1.jsonl"
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(run, "load_causal_lm", no_model)
+
+    def run_cfg(length):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose(config_name="run", overrides=common + [f"length={length}", "attribution=[random]",
+                                                                  "mode=[recovery]", "dry_run=true"])
+
+    with pytest.raises(DataError) as err:
+        run.run_stage(run_cfg(1024), tmp_path / "run1024")
+    assert str(err.value).startswith(f"{cache}: this sampled cache would stand in for dataset niah_single_1, but it "
+                                     f"was made from other data or for another model: dataset.length=512 (asked: "
+                                     f"1024);")
+    assert not (tmp_path / "run1024").exists()
+    assert not (tmp_path / "data" / "ruler_multihop" / "1024").exists()  # refused before the raw data was made
+    run.run_stage(run_cfg(512), tmp_path / "run512")
+    manifest = json.loads((tmp_path / "run512" / "manifest.json").read_text())
+    assert (manifest["dataset"]["kind"], manifest["dataset"]["examples"]) == ("cache", 2)
+
+
 @pytest.mark.slow
 def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     """The two-stage flow on 4 RULER rows. SmolLM2 generates through the stage (its rows are counted, logged and
     judged; the hf option opens the box when it would stop without one, see the README), then replayed
     chain-of-thought answers make the cache that run_exp explains with SmolLM2: spans cached, a thinking span to hop
     through."""
-    common = [f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
+    common = [f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
               "dataset=niah_single_1", "length=512", "dataset.num_samples=4", "progress=false"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="sample", overrides=common + [
@@ -255,7 +291,7 @@ def test_a_multirun_over_dataset_model_and_retriever_writes_one_cache_per_combin
          "dataset=morehopqa,niah_single_1", "model=smollm2-135m,smollm2-f64", "retriever=bm25,random",
          "length=512", "max_examples=2", "generator=replay",
          f"generator.path={replay_file(tmp_path, 9)}", "progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     for model in ("smollm2-135m", "smollm2-f64"):
         for retriever in ("bm25", "random"):

@@ -44,7 +44,7 @@ def run_three(tmp_path: Path, setup: str, use: str, timeout: int = 300) -> set[s
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(setup=textwrap.dedent(setup).strip(), use=textwrap.dedent(use).strip()))
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), str(i)], cwd=ROOT, env=env,
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), str(i)], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
     deadline = time.time() + timeout
     while len(list(tmp_path.glob("ready-*"))) < 3:

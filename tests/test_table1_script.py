@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import CACHE_DIR, ROOT
 
 SCRIPT = ROOT / "scripts" / "table1.sh"
 JOB = "dataset=niah_mq_q2,max_examples=1"
@@ -23,11 +23,12 @@ SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions
 def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
     env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS=tasks, TABLE1_EXAMPLES="1",
                PYTHON=sys.executable, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
-    short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}"]
+    # the script runs in the project root (paths.root=.): every folder a lane reads or writes is given here
+    short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}"]
     # the gold lanes run at 512 tokens here to save time; a CoT variant's lanes at the sampling stage's 1,024 (its
     # caches are made at that length)
     if lane != "report" and variant == "gold":
-        short.append("length=512")
+        short += ["length=512", f"paths.samples_dir={tmp_path / 'samples'}"]  # (a CoT variant names its own)
     return subprocess.run(["bash", str(SCRIPT), variant, lane, *short, *overrides], env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -89,7 +90,8 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
     tasks = "niah_mq_q2,vt_h2_c3"
     for t in tasks.split(","):  # 2 rows each at the lanes' 1,024 tokens (a sweep cannot set dataset.num_samples)
         subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "prepare_data.py"), f"dataset={t}", "length=1024",
-                        "dataset.num_samples=2", f"paths.data_dir={tmp_path / 'data'}"], check=True, cwd=ROOT,
+                        "dataset.num_samples=2", f"paths.data_dir={tmp_path / 'data'}",
+                        f"paths.model_cache_dir={CACHE_DIR}"], check=True, cwd=tmp_path,
                        capture_output=True, timeout=600)
     out = _lane(tmp_path, "sample", variant="cot_evidence", tasks=tasks)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -148,7 +148,7 @@ def test_concurrent_writers_leave_one_whole_folder(tmp_path):
     out = tmp_path / "shared" / "wiki"
     # four writers at once, two with other arguments: each finishes and the folder is one whole version
     sizes = [3000, 3000, 2500, 3000]
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(n)], cwd=ROOT, stderr=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(n)], cwd=tmp_path, stderr=subprocess.PIPE,
                               text=True) for n in sizes]
     for p in procs:
         _, err = p.communicate(timeout=300)
@@ -156,7 +156,7 @@ def test_concurrent_writers_leave_one_whole_folder(tmp_path):
     assert folder_bytes(out) in (folder_bytes(ref), folder_bytes(other))
     assert sorted(p.name for p in out.parent.iterdir()) == ["wiki"]
     # same arguments only: the result is the reference, byte for byte
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), "3000"], cwd=ROOT) for _ in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), "3000"], cwd=tmp_path) for _ in range(3)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
     assert folder_bytes(out) == folder_bytes(ref)
 

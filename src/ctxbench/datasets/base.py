@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ctxbench.errors import DataError
 from ctxbench.example import CachedExample, read_examples
+from ctxbench.sampling.cache import cache_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +65,34 @@ class Dataset(ABC):
         return Path(paths.samples_dir) / f"{self.name}.jsonl"
 
     def load(self, paths: Paths, tokenizer=None, max_examples: Optional[int] = None, *,
-             use_cache: Optional[bool] = None) -> tuple[LoadedSource, list[CachedExample]]:
+             use_cache: Optional[bool] = None,
+             model: Optional[dict] = None) -> tuple[LoadedSource, list[CachedExample]]:
+        """The examples a stage runs on: the sampled cache when there is one made from this data (and for ``model``,
+        the run's model config, when given), else the raw data. A cache made from other data (another length, data
+        file or generation setting) or for another model's tokenizer never stands in for the data asked for: it is
+        refused, naming what differs (``sampling.cache.cache_mismatch``)."""
         cache = self.sampled_cache(paths)
         if (self.use_cache if use_cache is None else use_cache) and cache.is_file():
-            source = LoadedSource(self.name, "cache", cache)
-            examples = list(read_examples(cache, tokenizer=tokenizer))
-        else:
-            path = self.raw_path(paths, tokenizer)
-            source = LoadedSource(self.name, self.kind, path)
-            examples = self.load_raw(path, tokenizer)
-        if max_examples is not None:
-            examples = examples[:max_examples]
-        log.info("dataset %s: %d examples from %s (%s)", self.name, len(examples), source.path, source.kind)
+            mismatch = cache_mismatch(cache, self.settings(), model)
+            if mismatch is not None:
+                raise DataError(f"this sampled cache would stand in for dataset {self.name}, but it was made from "
+                                f"other data or for another model: {mismatch}; run with the settings it was made "
+                                f"with, or read the raw data with dataset.use_cache=false", file=cache)
+            return self._loaded(LoadedSource(self.name, "cache", cache), read_examples(cache, tokenizer=tokenizer),
+                                max_examples)
+        path = self.raw_path(paths, tokenizer)
+        return self._loaded(LoadedSource(self.name, self.kind, path), self.load_raw(path, tokenizer), max_examples)
+
+    def _loaded(self, source: LoadedSource, examples, max_examples: Optional[int]):
+        examples = list(examples)[:max_examples]
+        log.info("dataset %s: %d examples from %s (%s)", self.name, len(examples), source.path,
+                 "the sampled cache; dataset.use_cache=false reads the raw data instead" if source.kind == "cache"
+                 else f"{source.kind} data")
         return source, examples
+
+    def settings(self) -> dict:
+        """The dataset's fields, as plain values."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def file_fingerprint(path: str | Path) -> str:

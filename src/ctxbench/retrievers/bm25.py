@@ -13,6 +13,7 @@ results are exact and deterministic (``top_k``); all queries are scored in block
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -24,10 +25,17 @@ METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 _BLOCK = 256  # queries scored per dense block
 
 
-def bm25_tokenize(texts: list[str], stopwords: Optional[str]) -> list[list[str]]:
+def bm25s_module():
+    """``bm25s``, imported on first use, with its logger put back to WARNING: bm25s sets its own logger to DEBUG when
+    imported, which prints a line on the console for every index built."""
     import bm25s
 
-    return bm25s.tokenize(list(texts), lower=True, stopwords=stopwords, stemmer=None, return_ids=False,
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
+def bm25_tokenize(texts: list[str], stopwords: Optional[str]) -> list[list[str]]:
+    return bm25s_module().tokenize(list(texts), lower=True, stopwords=stopwords, stemmer=None, return_ids=False,
                           show_progress=False)
 
 
@@ -58,9 +66,7 @@ class BM25Retriever(TextRetriever):
             raise ValueError(f"stopwords={self.stopwords!r}: expected en or null")
 
     def _fit(self, rows: list[Row]) -> None:
-        import bm25s
-
-        self._bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method, backend="numpy", csc_backend="numpy")
+        self._bm25 = bm25s_module().BM25(k1=self.k1, b=self.b, method=self.method, backend="numpy", csc_backend="numpy")
         # create_empty_token keeps documents without any token valid (they score 0)
         self._bm25.index(bm25_tokenize(self.pool_texts(), self.stopwords), show_progress=False)
         self._vocab = self._bm25.vocab_dict

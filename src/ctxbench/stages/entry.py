@@ -67,4 +67,20 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
     from ctxbench.stages import jobdir
 
     jobdir.exit_on_error = True  # a bad resume= (resolved by Hydra, outside the task) is one line and exit code 2
-    return hydra.main(version_base="1.3", config_path=str(conf_dir), config_name=config_name)(task)
+    hydra_main = hydra.main(version_base="1.3", config_path=str(conf_dir), config_name=config_name)(task)
+
+    def main():
+        from ctxbench.stages.preflight import app_help, check_overrides
+
+        args = sys.argv[1:]
+        name = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--config-name", "-cn")), config_name)
+        message = check_overrides(conf_dir, name, [a for a in args if a not in ("--help", "-h")])
+        if message is not None:  # a config mistake: one line, exit code 2
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR)
+        if "--help" in args or "-h" in args:
+            print(app_help(conf_dir, name, Path(entry_file).stem, args), end="")
+            return None
+        return hydra_main()
+
+    return main

@@ -48,7 +48,7 @@ def load_splits(dataset: Any, cfg: DictConfig, paths: Paths) -> list[RetrievalSp
     # An attribution dataset is read with the model's tokenizer, as run_exp's attribution modes read it (RULER
     # tasks are generated to that tokenizer's lengths), so both modes see the same examples.
     tok = load_tokenizer(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir)
-    _, examples = dataset.load(paths, tok, cfg.max_examples)
+    _, examples = dataset.load(paths, tok, cfg.max_examples, model=to_plain(cfg.model))
     return [context_split(examples, dataset.name)]
 
 

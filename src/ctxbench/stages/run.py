@@ -106,7 +106,8 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
-    source, examples = dataset.load(paths, tok, cfg.max_examples)
+    # a sampled cache made from other data or for another model's tokenizer is refused, never read in their place
+    source, examples = dataset.load(paths, tok, cfg.max_examples, model=to_plain(cfg.model))
     check_targets(examples, source)  # nothing to explain (raw MoreHopQA rows, an empty cache): refused here
     for scorer in scorers.values():
         scorer.check(examples, source.name)

@@ -17,11 +17,14 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
+from ctxbench.errors import ConfigError
+
 T = TypeVar("T")
 
 
-class BudgetTooSmall(ValueError):
-    """Even the smallest haystack does not fit the token budget."""
+class BudgetTooSmall(ConfigError):
+    """Even the smallest haystack does not fit the token budget (a ``length`` too small for the task: one line, exit
+    code 2)."""
 
 
 def tokenizer_record(tokenizer) -> dict:
@@ -157,7 +160,7 @@ def fit_units(render: Callable[[list[int]], T], text_of: Callable[[T], str], cos
     calls = 1
     if best_t > budget:
         raise BudgetTooSmall(f"the prompt without any haystack already has {best_t} tokens > budget {budget}: "
-                             f"raise max_seq_length")
+                             f"raise the length (length=..., max_seq_length)")
     best_r, taken, rejected = base_r, [], set()
     while calls <= max_rounds:
         extra, _ = _select(costs, budget - best_t, lookahead, set(taken) | rejected)

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxbench.retrievers.bm25 import bm25_tokenize, bm25s_module
+
 from .common import ContextBuilder, derive_rng, fill_template, input_budget
 from .length import BudgetTooSmall, TokenCounter, UnitCosts, fit_units
 
@@ -129,25 +131,17 @@ def load_rows(path: str) -> tuple[tuple[QaRow, ...], tuple[Paragraph, ...]]:
     return tuple(rows), tuple(pool[t] for t in sorted(pool))
 
 
-def _bm25_tokens(texts: list[str]) -> list[list[str]]:
-    import bm25s
-
-    return bm25s.tokenize(texts, lower=True, stopwords="en", stemmer=None, return_ids=False, show_progress=False)
-
-
 class DistractorRanker:
     """BM25 over the paragraph pool of one file (see the module doc); built once per file."""
 
     def __init__(self, pool: tuple[Paragraph, ...]):
-        import bm25s
-
         self.pool = pool
-        self._index = bm25s.BM25(k1=1.5, b=0.75, method="lucene", backend="numpy", csc_backend="numpy")
-        self._index.index(_bm25_tokens([f"{p.title} {p.text}" for p in pool]), show_progress=False)
+        self._index = bm25s_module().BM25(k1=1.5, b=0.75, method="lucene", backend="numpy", csc_backend="numpy")
+        self._index.index(bm25_tokenize([f"{p.title} {p.text}" for p in pool], "en"), show_progress=False)
         self._vocab = set(self._index.vocab_dict)
 
     def scores(self, question: str) -> np.ndarray:
-        terms = [t for t in _bm25_tokens([question])[0] if t in self._vocab]
+        terms = [t for t in bm25_tokenize([question], "en")[0] if t in self._vocab]
         if not terms:
             return np.zeros(len(self.pool), dtype=np.float64)
         return np.asarray(self._index.get_scores(terms), dtype=np.float64)
@@ -189,7 +183,7 @@ def row_order(p: QaParams, *, counter: TokenCounter, budget: int, seed: int, tas
                                         reserve_gold))
     if not usable:
         raise BudgetTooSmall(f"{task}: no MoreHopQA row of {morehopqa_path} fits {budget} tokens with its gold "
-                             f"documents alone: raise max_seq_length")
+                             f"documents alone: raise the length (length=..., max_seq_length)")
     return usable
 
 
