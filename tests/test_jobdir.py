@@ -2,6 +2,7 @@
 Ctrl-C ends with one line and the command that resumes, folder names pass back to Hydra as they are."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -208,3 +209,28 @@ def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tm
     pairs = [(json.loads(line)["example_id"], json.loads(line)["method"]) for line in lines]
     assert sorted(pairs) == sorted({(f"niah_mq_q2/{i}", m) for i in range(4) for m in ("random", "slow")})
     assert (job / "summary.json").exists()
+
+
+def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp_path):
+    """The bar counts (example, method) steps and names the step under way; each example's real time is logged; the
+    job folder (and, for -m, the sweep folder) is said first and the files written last."""
+    common = [f"paths.model_cache_dir={CACHE_DIR}", "attribution=[random,attention]", "mode=[recovery]",
+              "views=[seq]", "length=512", "dataset.num_samples=2", "max_examples=2", "heatmaps=0", "html=false"]
+    out = _cli("run_exp.py", *common, "progress=true", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    bar, logged = out.stderr.replace("\r", "\n"), out.stdout  # tqdm on stderr, the log on stdout (Hydra's)
+    (job,) = (tmp_path / "outputs" / "run_exp" / "niah_mq_q2").iterdir()
+    folder = f"outputs/run_exp/niah_mq_q2/{job.name}"
+    assert f"- job folder: {folder}\n" in logged
+    for n, method in ((1, "random"), (1, "attention"), (2, "attention")):
+        assert f"run_exp niah_mq_q2 example {n}/2 {method}: recovery" in bar, bar[-3000:]
+    assert re.search(r"\d+\.\d s/example\]", bar)  # the bar's real time per example
+    assert re.search(r"- example niah_mq_q2/1 \(2 of 2\): 2 methods in \d+\.\d s", logged)
+    assert logged.rstrip().endswith(f"- wrote in {folder}: manifest.json, recovery/ (2 files), results.jsonl, "
+                                    f"summary.json, summary.md")
+    md = (job / "summary.md").read_text()
+    assert "| scored | attribution s/example | total s/example |" in md
+    out = _cli("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (sweep,) = (tmp_path / "outputs" / "multirun" / "run_exp").iterdir()
+    assert f"(sweep folder outputs/multirun/run_exp/{sweep.name})" in out.stdout

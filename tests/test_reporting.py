@@ -11,7 +11,7 @@ from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import RESULTS, find_jobs, swept_keys, table1, write_table1
 from ctxbench.reporting.plots import deletion_curve_plots, heatmap_html
-from ctxbench.reporting.tables import markdown_summary, summarize, write_mode_csvs
+from ctxbench.reporting.tables import example_seconds, markdown_summary, summarize, write_mode_csvs
 
 VIEWS = ["seq", "row", "rec"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
@@ -39,6 +39,9 @@ def test_summary_figures():
     s = summarize(RECORDS, SCORERS, VIEWS)
     ifr = s["ifr"]
     assert ifr["examples"] == 3 and ifr["avg_attribution_s"] == pytest.approx(2.0)
+    assert ifr["avg_total_s"] == pytest.approx(2.0)  # these records have no scoring timings
+    # the real time of a method on an example: its attribution and every scoring step
+    assert example_seconds({"attribution_s": 2.0, "scoring_timings": {"faithfulness": 3.0, "recovery": 0.5}}) == 5.5
     # RISE 0.1, 0.3, 0.2: mean 0.2, population std sqrt((0.01 + 0.01 + 0) / 3)
     assert ifr["faithfulness"]["seq"]["RISE"]["mean"] == pytest.approx(0.2)
     assert ifr["faithfulness"]["seq"]["RISE"]["std"] == pytest.approx((0.02 / 3) ** 0.5)
@@ -65,7 +68,7 @@ def test_reference_csv_layout(tmp_path):
     assert rec["Examples Used"] == "2" and rec["Examples Skipped"] == "1"
     md = markdown_summary(s, DESCRIPTIONS, VIEWS, "t")
     assert "## Faithfulness (lower is better)" in md and "## Recovery (higher is better)" in md
-    assert "| Seq Recall@10% | Row Recall@10% | Recursive Recall@10% | scored | s/example |" in md
+    assert "| Seq Recall@10% | Row Recall@10% | Recursive Recall@10% | scored | attribution s/example | total s/example |" in md
     assert "| ifr | 0.200 ± 0.082 |" in md
     assert "| random | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 1/1 | 0.50 |" in md
     assert "| ifr | 0.500 ± 0.500 | 0.500 ± 0.000 | 0.500 ± 0.500 | 2/3 | 2.00 |" in md

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -92,14 +92,18 @@ def view_weights(result: AttributionResult, sink_span, names) -> dict[str, np.nd
 
 
 def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: dict[str, Attributor],
-                     scorers: dict[str, Scorer], views: tuple[str, ...]
+                     scorers: dict[str, Scorer], views: tuple[str, ...],
+                     on_step: Optional[Callable[[str, str], None]] = None
                      ) -> Iterator[tuple[str, AttributionResult, dict[str, Any]]]:
     """Attribute with each method and score it with every scorer, yielding ``(method, result, record)`` as each
-    method finishes (so that a caller can write it before the next, possibly long, method starts)."""
+    method finishes (so that a caller can write it before the next, possibly long, method starts). ``on_step(method,
+    step)`` is called as each step starts (``attribution``, then each scorer's mode): a progress display."""
     mi = prepared.model_input
     # per-token methods explain only the rows the views read (Table 1's row view: the answer span's)
     rows = token_views.rows_read(views, mi.G, prepared.sink_span)
+    step = on_step or (lambda method, what: None)
     for name, attributor in attributors.items():
+        step(name, "attribution")
         result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span, rows)
         weights = view_weights(result, prepared.sink_span, views)
         record = {"example_id": prepared.example.example_id, "method": name, "P": mi.P, "G": mi.G,
@@ -109,6 +113,7 @@ def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: d
                   "attribution_info": result.info}
         timings = {}
         for mode, scorer in scorers.items():
+            step(name, mode)
             t0 = time.perf_counter()
             record.update(scorer.score(model, tokenizer, prepared, result, weights))
             timings[mode] = time.perf_counter() - t0

@@ -237,10 +237,12 @@ def summary_tables(summary: dict[str, Any]) -> str:
         body = "".join(
             f"<tr><th>{_text(me)}</th>"
             + "".join(f"<td>{_stat(methods[me][name].get(v, {}).get(m['key']))}</td>" for v in views for m in metrics)
-            + f"<td>{methods[me]['examples']}</td><td>{methods[me]['avg_attribution_s']:.2f}</td></tr>"
+            + f"<td>{methods[me]['examples']}</td><td>{methods[me]['avg_attribution_s']:.2f}</td>"
+            f"<td>{methods[me].get('avg_total_s', methods[me]['avg_attribution_s']):.2f}</td></tr>"
             for me in rows)
         out.append(f"<h3>{_text(desc['title'])} ({_text(direction(metrics))})</h3><table><thead><tr><th>method</th>"
-                   f"{head}<th>examples</th><th>s/example</th></tr></thead><tbody>{body}</tbody></table>")
+                   f"{head}<th>examples</th><th>attribution s/example</th><th>total s/example</th></tr></thead>"
+                   f"<tbody>{body}</tbody></table>")
     return "".join(out)
 
 

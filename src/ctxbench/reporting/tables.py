@@ -23,14 +23,21 @@ def by_method(records: Iterable[dict[str, Any]]) -> dict[str, list[dict]]:
     return out
 
 
+def example_seconds(record: dict[str, Any]) -> float:
+    """The real time one method took on one example: its attribution and every scorer's scoring of it."""
+    return float(record["attribution_s"]) + sum(map(float, (record.get("scoring_timings") or {}).values()))
+
+
 def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], views: Iterable[str],
               stats: Optional[StatsSettings] = None) -> dict[str, dict[str, Any]]:
-    """``{method: {"examples", "avg_attribution_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``; with
-    ``stats`` every metric also gets ``ci_low``/``ci_high``, the bootstrap interval of its mean."""
+    """``{method: {"examples", "avg_attribution_s", "avg_total_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``
+    (``avg_total_s``: attribution and every scoring step, ``example_seconds``); with ``stats`` every metric also gets
+    ``ci_low``/``ci_high``, the bootstrap interval of its mean."""
     views = list(views)
     out: dict[str, dict[str, Any]] = {}
     for method, recs in by_method(records).items():
-        s: dict[str, Any] = {"examples": len(recs), "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0]}
+        s: dict[str, Any] = {"examples": len(recs), "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0],
+                             "avg_total_s": mean_std([example_seconds(r) for r in recs])[0]}
         for name, scorer in scorers.items():
             agg = scorer.aggregate(recs, views)
             if agg is None:
@@ -171,12 +178,13 @@ def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[s
         mixed = len({m["higher_is_better"] for m in metrics}) > 1
         header = [f"{VIEW_LABELS[v]} {metric_header(m, mixed)}" for v in views for m in metrics]
         lines += [f"## {desc['title']} ({direction(metrics)})", "",
-                  "| method | " + " | ".join(header) + " | scored | s/example |", "|---" * (len(header) + 3) + "|"]
+                  "| method | " + " | ".join(header) + " | scored | attribution s/example | total s/example |",
+                  "|---" * (len(header) + 4) + "|"]
         for method in methods:
             s, agg = summary[method], summary[method][name]
             cells = [stat_cell(agg[v][m["key"]]) for v in views for m in metrics]
             scored = agg[views[0]][metrics[0]["key"]]["n"] if views else 0
             lines.append(f"| {method} | " + " | ".join(cells) + f" | {scored}/{s['examples']} | "
-                         f"{s['avg_attribution_s']:.2f} |")
+                         f"{s['avg_attribution_s']:.2f} | {s.get('avg_total_s', s['avg_attribution_s']):.2f} |")
         lines.append("")
     return "\n".join(lines + markdown_comparisons(list(comparisons), descriptions, views, level))

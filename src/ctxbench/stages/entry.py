@@ -5,6 +5,7 @@ instead."""
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from ctxbench.errors import UserError
 
 
 EXIT_USER_ERROR = 2
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -34,15 +36,18 @@ def user_errors():
 def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
     """The stage in its job folder (``ctxbench.stages.jobdir``): nothing of the folder changes before the stage
     accepts the run; a Ctrl-C ends with one line saying what was kept and the command that resumes, exit code 130."""
-    from ctxbench.stages.jobdir import JobDir
+    from ctxbench.stages.jobdir import JobDir, shown
 
     job = JobDir.from_hydra(cfg)
+    # where the run writes, first (a sweep: its folder too) and what it wrote, last
+    log.info("job folder: %s%s", shown(job.path), f" (sweep folder {shown(job.sweep_dir)})" if job.sweep_dir else "")
     with user_errors(), job.active():
         try:
             result = stage(cfg, str(job.path))
         except KeyboardInterrupt:
             job.interrupted()
         job.accept()  # a stage that wrote nothing of its own still leaves Hydra's record of the job
+        log.info("wrote in %s: %s", shown(job.path), job.written())
         return result
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -71,13 +72,31 @@ def _release_logs() -> None:
 class JobDir:
     """One job's folder: ``accept()`` writes Hydra's record of the job and opens its log; until then nothing."""
 
-    def __init__(self, path: str | Path, files: dict[str, str], *, resume_dir: Optional[str] = None):
+    def __init__(self, path: str | Path, files: dict[str, str], *, resume_dir: Optional[str] = None,
+                 sweep_dir: Optional[str] = None):
         self.path = Path(path)
         self._files = files  # .hydra/<name> -> text
         self.fresh = not self.path.exists() or not any(self.path.iterdir())
         self.accepted = False
         self.resume_dir = resume_dir  # the folder resume=<dir> names to go on with this run (a sweep: the sweep)
+        self.sweep_dir = sweep_dir  # the sweep's folder (-m), None for a single run
         self.kept: Optional[Callable[[], str]] = None
+        self.started_ns = time.time_ns()
+
+    def written(self) -> str:
+        """What the run wrote into the folder (files changed since it started; a subfolder as its file count),
+        Hydra's record and the log aside: e.g. ``results.jsonl, summary.json, heatmap_data/ (3 files)``."""
+        entries = []
+        for p in sorted(self.path.iterdir()) if self.path.is_dir() else []:
+            if p.name == HYDRA_SUBDIR or p.suffix == ".log":
+                continue
+            if p.is_dir():
+                n = sum(1 for f in p.rglob("*") if f.is_file() and f.stat().st_mtime_ns >= self.started_ns)
+                if n:
+                    entries.append(f"{p.name}/ ({n} file{'s' * (n != 1)})")
+            elif p.stat().st_mtime_ns >= self.started_ns:
+                entries.append(p.name)
+        return ", ".join(entries) or "nothing"
 
     @classmethod
     def from_hydra(cls, cfg) -> "JobDir":
@@ -89,8 +108,8 @@ class JobDir:
         hc = hydra_cfg.hydra
         files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
                  "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
-        resume_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else hc.runtime.output_dir
-        return cls(hc.runtime.output_dir, files, resume_dir=resume_dir)
+        sweep_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
+        return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir)
 
     def accept(self) -> None:
         if self.accepted:

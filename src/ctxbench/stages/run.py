@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -139,22 +140,34 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     refused, refused_ids = [], []
     with stored if stored is not None else open_results(results_path, fingerprints) as results:
         on_interrupt(lambda: _kept(results, examples, list(methods), results_path))
-        todo = [e for e in examples if any(f"{m}|{e.example_id}" not in results for m in methods)]
+        todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
+        todo = {k: v for k, v in todo.items() if v}
         if len(todo) < len(examples):
             log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
-        for ex in tqdm(todo, desc=f"run_exp {source.name}", disable=not cfg.progress):
+        # one step of the bar per (example, method); its label names the method and the step under way (an example
+        # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
+        bar = tqdm(total=sum(map(len, todo.values())), desc=f"run_exp {source.name}", unit="method",
+                   disable=not cfg.progress)
+        per_example: list[float] = []
+        for n, ex in enumerate((e for e in examples if e.example_id in todo), 1):
+            t0 = time.perf_counter()
             try:
                 prepared = prepare_example(ex, tok, cfg.prompt_format)
             except ExampleRefused as exc:
                 refused.append(str(exc))
                 refused_ids.append(ex.example_id)
                 log.warning("skipped: %s", exc)
+                bar.update(len(todo[ex.example_id]))
                 continue
-            pending = {m: a for m, a in methods.items() if f"{m}|{ex.example_id}" not in results}
+            pending = {m: methods[m] for m in todo[ex.example_id]}
+
+            def on_step(method: str, step: str, n=n) -> None:
+                bar.set_description(f"run_exp {source.name} example {n}/{len(todo)} {method}: {step}")
+
             # each method's record is written as soon as it is scored: a run stopped mid-example (a Table-1
             # example takes most of an hour on a CPU) resumes at the next method, not at the example's first
             decoded = _decoded(tok, prepared) if ex.example_id in with_heatmap else None
-            for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views):
+            for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views, on_step):
                 record["config"] = fingerprints[method]
                 if decoded is not None:  # before the record, which marks the method done
                     _write_heatmap(output_dir, decoded, prepared, result, method, views[0])
@@ -162,6 +175,12 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 results.append(record)
                 if cfg.save_traces:
                     save_trace(output_dir / "traces" / method, ex.example_id, result)
+                bar.update(1)
+            per_example.append(time.perf_counter() - t0)
+            bar.set_postfix_str(f"{sum(per_example) / len(per_example):.1f} s/example")
+            log.info("example %s (%d of %d): %d method%s in %.1f s", ex.example_id, n, len(todo), len(pending),
+                     "s" * (len(pending) != 1), per_example[-1])
+        bar.close()
     if refused and len(refused) == len(todo):
         raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
     if shard.count > 1:  # the merge (run_exp merge=[...] or the report) writes the summary of the whole run
