@@ -235,21 +235,31 @@ def test_examples_in_results_order_and_bad_data(tmp_path):
 
 
 def test_report_command_page(tmp_path):
-    from ctxbench.reporting.aggregate import JobRun
+    from ctxbench.reporting.aggregate import JobRun, table1_markdown
 
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
         (tmp_path / d / "summary.json").read_text())) for d in ("niah_a", "niah_b")]
     metrics = [{"key": "recall", "label": "Recall@10%", "higher_is_better": True}]
-    cells = {("niah_a", "m1"): {"runs_n": {3}, "Recall@10%": 0.5},
-             ("niah_b", "m1"): {"runs_n": {4}, "Recall@10%": None},
+    cells = {("niah_a", "m1"): {"runs_n": {3}, "Recall@10%": 0.5, "stats": {"Recall@10%": {"mean": 0.5, "n": 3}}},
+             ("niah_b", "m1"): {"runs_n": {4}, "Recall@10%": None, "stats": {}},
              ("niah_a", "m2"): {"runs_n": {3}, "Recall@10%": 0.25, "stats": {"Recall@10%": {
                  "mean": 0.25, "std": 0.1, "n": 3, "ci_low": 0.0, "ci_high": 0.5}}}}
     path = write_report_html(jobs, (["niah_a", "niah_b"], ["m1", "m2"], metrics, cells), tmp_path / "report",
                              examples=1)
     page = path.read_text()
     assert path == tmp_path / "report" / PAGE
-    assert ('<tr><th>niah_a (3)</th><td>0.500</td><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
-            "<tr><th>niah_b (4)</th><td>–</td><td>–</td></tr>") in page
+    # laid out as table1.md: a row per task and method, a column per metric, the task's best mean in bold
+    assert ('<thead><tr><th>task (N)</th><th>method</th><th>Recall@10%</th></tr></thead><tbody>'
+            '<tr class="task-start"><th>niah_a (3)</th><th>m1</th><td class="best"><b>0.500</b></td></tr>'
+            '<tr><th></th><th>m2</th><td>0.250 [0.000, 0.500]</td></tr>'
+            '<tr class="task-start"><th>niah_b (4)</th><th>m1</th><td>–</td></tr></tbody>') in page
+    md = "\n".join(table1_markdown(["niah_a", "niah_b"], ["m1", "m2"], metrics, cells, lambda d: {"niah_a": 3,
+                                                                                                  "niah_b": 4}[d]))
+    assert md.splitlines()[2:] == ["| niah_a (3) | m1 | **0.500** |", "|  | m2 | 0.250 [0.000, 0.500] |",
+                                   "| niah_b (4) | m1 | – |"]  # the same rows as the page's
+    too_few = write_report_html(jobs, (["niah_a"], ["m1", "m2"], metrics, cells), tmp_path / "r2", examples=0,
+                                min_examples=5).read_text()
+    assert "<td>too few (3)</td>" in too_few and 'class="best"' not in too_few
     dom = Dom(page)
     assert [e["attrs"]["id"] for e in dom.elements if e["attrs"].get("class") == "example"] == ["j0ex0", "j1ex0"]
     assert set(data_block(page)) == {"j0ex0-m0", "j0ex0-m1", "j1ex0-m0", "j1ex0-m1"}

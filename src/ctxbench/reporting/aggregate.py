@@ -380,13 +380,13 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     return md_path, csv_path, md
 
 
-def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                    cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0) -> list[str]:
-    """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
-    Recall@10% for faithfulness + recovery). A figure over fewer than ``min_examples`` examples reads "too few (n)"."""
-    mixed = len({m["higher_is_better"] for m in metrics}) > 1
-    lines = ["| task (N) | method | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
-             "|---" * (len(metrics) + 2) + "|"]
+def table1_rows(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
+                cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0
+                ) -> list[tuple[str, str, list[tuple[str, bool]]]]:
+    """The Table-1 layout, for any rendering: ``(task (N) or "" after a task's first row, method, [(figure, best)])``
+    per task and method in run order, one figure per metric; ``best``: the task's best mean of that metric (none when
+    every method ties, never a figure over fewer than ``min_examples`` examples, which reads "too few (n)")."""
+    out = []
     for d in datasets:
         best = {}
         for m in metrics:
@@ -395,15 +395,27 @@ def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[
                 best[m["label"]] = max(means) if m["higher_is_better"] else min(means)
         for i, me in enumerate(me for me in methods if (d, me) in cells):
             c = cells[(d, me)]
-            row = [f"{d} ({n_of(d)})" if i == 0 else "", me]
+            figures = []
             for m in metrics:
                 st = c["stats"].get(m["label"])
                 text = "–" if st is None else (f"too few ({st['n']})" if st.get("n", 0) < min_examples
                                                else stat_cell(st))
                 filled = st is not None and st.get("n", 0) >= min_examples
-                row.append(f"**{text}**" if filled and c.get(m["label"]) is not None
-                           and c[m["label"]] == best.get(m["label"]) else text)
-            lines.append("| " + " | ".join(row) + " |")
+                figures.append((text, filled and c.get(m["label"]) is not None
+                                and c[m["label"]] == best.get(m["label"])))
+            out.append((f"{d} ({n_of(d)})" if i == 0 else "", me, figures))
+    return out
+
+
+def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
+                    cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0) -> list[str]:
+    """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
+    Recall@10% for faithfulness + recovery); the best mean of each task in bold (``table1_rows``)."""
+    mixed = len({m["higher_is_better"] for m in metrics}) > 1
+    lines = ["| task (N) | method | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
+             "|---" * (len(metrics) + 2) + "|"]
+    for task, method, figures in table1_rows(datasets, methods, metrics, cells, n_of, min_examples):
+        lines.append("| " + " | ".join([task, method] + [f"**{t}**" if best else t for t, best in figures]) + " |")
     return lines
 
 

@@ -22,7 +22,7 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import VIEW_LABELS
-from ctxbench.reporting.aggregate import task_n, unfinished_note
+from ctxbench.reporting.aggregate import table1_rows, task_n, unfinished_note
 from ctxbench.reporting.tables import direction, metric_header
 
 DATA_DIR = "heatmap_data"
@@ -273,19 +273,21 @@ def figures(job_dir: Path) -> str:
                    for p in sorted(Path(job_dir).glob("*.png")))
 
 
-def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], cells: dict) -> str:
-    """The report command's Table-1 layout (``aggregate.table1``): rows = datasets, columns = method x metric; a cell's
-    ``stats`` (mean, std, interval), when there, is shown in full."""
+def table1_html(datasets: list[str], methods: list[str], metrics: list[dict], cells: dict,
+                min_examples: int = 0) -> str:
+    """The report command's Table 1 (``aggregate.table1``), laid out as ``table1.md``: a row per task and method,
+    a column per metric, each task's best mean in bold (``aggregate.table1_rows``)."""
     mixed = len({m["higher_is_better"] for m in metrics}) > 1
-    head = "".join(f"<th>{_text(me)} {_text(metric_header(m, mixed))}</th>" for me in methods for m in metrics)
+    head = "".join(f"<th>{_text(metric_header(m, mixed))}</th>" for m in metrics)
     rows = []
-    for d in datasets:
-        cs = [cells.get((d, me), {}) for me in methods]
-        rows.append(f"<tr><th>{_text(d)} ({task_n(cells, d, methods)})</th>" + "".join(
-            f"<td>{_stat(c.get('stats', {}).get(m['label']) or {'mean': c.get(m['label'])})}</td>"
-            for c in cs for m in metrics) + "</tr>")
-    return (f"<h2>Table 1 layout ({_text(direction(metrics))})</h2><table><thead><tr><th>dataset (N)</th>{head}</tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table>")
+    for task, method, figures in table1_rows(datasets, methods, metrics, cells, lambda d: task_n(cells, d, methods),
+                                             min_examples):
+        first = ' class="task-start"' if task else ""
+        rows.append(f"<tr{first}><th>{_text(task)}</th><th>{_text(method)}</th>" + "".join(
+            f"<td class=\"best\"><b>{_text(t)}</b></td>" if best else f"<td>{_text(t)}</td>" for t, best in figures)
+            + "</tr>")
+    return (f"<h2>Table 1 layout ({_text(direction(metrics))}; bold: the best mean of the task)</h2><table><thead>"
+            f"<tr><th>task (N)</th><th>method</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 # --- pages ---------------------------------------------------------------------------------------------------------
@@ -294,7 +296,8 @@ CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:100em;padding:0 1em;color:#111}
 table{border-collapse:collapse;margin:.5em 0 1.5em;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
-thead th{background:#f3f4f6}tbody th{text-align:left}.ci{color:#555;font-size:.85em}
+thead th{background:#f3f4f6}tbody th{text-align:left}tr.task-start{border-top:2px solid #888}
+td.best{background:#fef9c3}.ci{color:#555;font-size:.85em}
 figure{display:inline-block;margin:0 1em 1em 0}figure img{max-width:40em}
 .panels{display:grid;grid-template-columns:repeat(auto-fill,minmax(30em,1fr));gap:1em}
 .panel{border:1px solid #ddd;border-radius:6px;padding:.5em}.panel h4{margin:.2em 0}
@@ -377,10 +380,11 @@ def write_run_html(job_dir: str | Path, title: str, examples: int) -> Path:
 
 
 def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples: int,
-                      caption: Optional[str] = None) -> Path:
+                      caption: Optional[str] = None, min_examples: int = 0) -> Path:
     """``<output_dir>/report.html``: ``caption`` (what the table explains), the Table-1 layout (``aggregate.table1``'s
     result), then one folding section per job (``JobRun``) with its tables, figures and first ``examples`` heat maps."""
-    parts, data = [*([f"<p><b>{_text(caption)}</b></p>"] if caption else []), table1_html(*table), legend()], {}
+    parts, data = [*([f"<p><b>{_text(caption)}</b></p>"] if caption else []), table1_html(*table, min_examples),
+                   legend()], {}
     for n, job in enumerate(jobs):
         body, d = job_body(job.path, job.summary, examples, f"j{n}")
         note = f" (unfinished: {unfinished_note(job)})" if job.unfinished else ""

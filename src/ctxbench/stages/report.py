@@ -86,7 +86,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
         if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
-            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps, cfg.get("caption")))
+            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps, cfg.get("caption"),
+                                                cfg.get("min_examples", 0)))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
         accept_job()
