@@ -228,7 +228,8 @@ def test_sample_stage_dry_run_from_the_cli(tmp_path, morehopqa_path):
     out = _cli("sample_and_filter.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["dataset"]["examples"] == 150 and manifest["cache"] == str(tmp_path / "samples" / "morehopqa.jsonl")
+    # paths inside the project root (paths.root: the working directory, here tmp_path) are recorded relative to it
+    assert manifest["dataset"]["examples"] == 150 and manifest["cache"] == "samples/morehopqa.jsonl"
     assert not (tmp_path / "samples").exists()  # a dry run writes no cache
 
 

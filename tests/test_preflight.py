@@ -81,3 +81,16 @@ def test_help_lists_the_groups_and_the_composed_config_without_the_schema_groups
     bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "--help", "datset=x"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: unknown key `datset`; did you mean `dataset`?"
+
+
+def test_options_from_hydra_searchpath_count(tmp_path, monkeypatch):
+    """A config folder added with hydra.searchpath (a plug-in's own options) is part of what the check knows."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    (tmp_path / "generator").mkdir()
+    (tmp_path / "generator" / "slow.yaml").write_text("_target_: ctxbench.generators.replay.ReplayGenerator\n"
+                                                      "path: answers.jsonl\n")
+    extra = f"hydra.searchpath=[file://{tmp_path}]"
+    assert check_overrides(CONF, "sample", [extra, "generator=slow"]) is None
+    assert check_overrides(CONF, "sample", [extra, "generator=slowx"]) == (
+        "unknown generator option `slowx`; options: evidence_cot, hf, openai, replay, slow")
+    assert check_overrides(CONF, "sample", ["-m", extra, "generator=hf,slow"]) is None

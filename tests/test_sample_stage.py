@@ -264,7 +264,7 @@ def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     summary = run_stage(run_cfg, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["dataset"]["kind"] == "cache"
-    assert manifest["dataset"]["path"] == str(tmp_path / "samples" / "niah_single_1.jsonl")
+    assert manifest["dataset"]["path"] == "samples/niah_single_1.jsonl"  # relative to paths.root (tmp_path)
     assert summary["ifr_multi_hop"]["examples"] == 4
     rec = json.loads((tmp_path / "run" / "results.jsonl").read_text().splitlines()[0])
     assert rec["spans"] == "cached" and rec["thinking_span"] is not None  # a chain of thought to hop through

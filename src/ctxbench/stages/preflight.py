@@ -42,8 +42,12 @@ def check_overrides(conf_dir: str | Path, config_name: str, args: list[str]) -> 
         parsed = OverridesParser.create().parse_overrides(texts)
     except OverrideParseException as exc:
         return f"cannot read the override: {_first_line(exc)}"
-    overrides = []
+    overrides, dirs = [], [Path(conf_dir)]
     for text, o in zip(texts, parsed):
+        if _key(text) == "hydra.searchpath":  # config folders beside conf/: their options count, compose reads them
+            dirs += [Path(v[len("file://"):]) for v in o.value() or [] if str(v).startswith("file://")]
+            overrides.append(text)
+            continue
         if o.get_key_element().lstrip("+~").startswith("hydra"):
             continue  # Hydra's own settings (run dirs, launchers, ...): Hydra checks them
         if o.is_sweep_override():
@@ -54,13 +58,18 @@ def check_overrides(conf_dir: str | Path, config_name: str, args: list[str]) -> 
             values = list(o.sweep_string_iterator()) if o.is_discrete_sweep() else []
             if not values:
                 continue  # a range or glob sweep: Hydra expands and checks it
-            group = Path(conf_dir) / _key(text)
-            for v in values[1:] if group.is_dir() else ():  # every option of a group sweep exists
-                if not (group / f"{v}.yaml").is_file():
-                    return _missing_option(Path(conf_dir), None, f"{_key(text)}/{v}")
+            options = _options(dirs, _key(text))
+            for v in values[1:] if options else ():  # every option of a group sweep exists
+                if v not in options:
+                    return _missing_option(dirs, None, f"{_key(text)}/{v}")
             text = f"{o.get_key_element()}={values[0]}"
         overrides.append(text)
-    return _compose_error(Path(conf_dir), config_name, overrides)
+    return _compose_error(dirs, config_name, overrides)
+
+
+def _options(dirs: list[Path], group: str) -> list[str]:
+    """The options of a config group: its YAML files in conf/ and in the folders of hydra.searchpath."""
+    return sorted({p.stem for d in dirs if (d / group).is_dir() for p in (d / group).glob("*.yaml")})
 
 
 def _override_texts(args: list[str]) -> list[str]:
@@ -84,21 +93,21 @@ def _compose(conf_dir: Path, config_name: str, overrides: list[str]):
         return compose(config_name=config_name, overrides=overrides)
 
 
-def _compose_error(conf_dir: Path, config_name: str, overrides: list[str]) -> Optional[str]:
+def _compose_error(dirs: list[Path], config_name: str, overrides: list[str]) -> Optional[str]:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     try:
-        _compose(conf_dir, config_name, overrides)
+        _compose(dirs[0], config_name, overrides)
         return None
     except MissingConfigException as exc:
-        return _missing_option(conf_dir, exc)
+        return _missing_option(dirs, exc)
     except Exception as exc:  # Hydra wraps OmegaConf's error (the cause names the key)
         cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
         full_key = getattr(cause, "full_key", None)
         if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and full_key:
             rest = [o for o in overrides if _key(o) != full_key and not _key(o).startswith(full_key + ".")]
-            return _unknown_key(conf_dir, config_name, rest, full_key)
+            return _unknown_key(dirs, config_name, rest, full_key)
         return f"{full_key}: {_first_line(cause)}" if full_key else _first_line(cause)
 
 
@@ -106,17 +115,17 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
 
 
-def _unknown_key(conf_dir: Path, config_name: str, overrides: list[str], full_key: str) -> str:
+def _unknown_key(dirs: list[Path], config_name: str, overrides: list[str], full_key: str) -> str:
     """The line for a key the composed config does not have."""
     from omegaconf import DictConfig, OmegaConf
 
     parent, _, key = full_key.rpartition(".")
     try:
-        cfg = _compose(conf_dir, config_name, overrides)
+        cfg = _compose(dirs[0], config_name, overrides)
     except Exception:  # another mistake among the rest: say what is known
         return f"unknown key `{key}`" + (f" in {parent}" if parent else "")
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    if parent and (conf_dir / parent.split(".")[0] / f"{key}.yaml").is_file() and "." not in parent:
+    if parent and "." not in parent and key in _options(dirs, parent):
         # a method / mode option that exists but is not in the selected list: its parameters are not there to set
         chosen = list(node.keys()) if isinstance(node, DictConfig) else []
         return (f"{parent}.{key} is not selected ({parent}=[{','.join(chosen)}]); add it to the list, "
@@ -128,13 +137,11 @@ def _unknown_key(conf_dir: Path, config_name: str, overrides: list[str], full_ke
     return f"unknown key `{key}`{where}{hint}"
 
 
-def _missing_option(conf_dir: Path, exc, missing: str = "") -> str:
+def _missing_option(dirs: list[Path], exc, missing: str = "") -> str:
     """An option of a config group that does not exist (``missing``: ``group/name``): the options there are."""
     missing = missing or getattr(exc, "missing_cfg_file", None) or ""
     group, _, name = str(missing).rpartition("/")
-    options = getattr(exc, "options", None)
-    if not options and group and (conf_dir / group).is_dir():
-        options = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+    options = getattr(exc, "options", None) or _options(dirs, group)
     if group:
         return f"unknown {group} option `{name}`" + (f"; options: {', '.join(options)}" if options else "")
     return _first_line(exc)
