@@ -33,9 +33,14 @@ def _state(folders=PROJECT_FOLDERS) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def project_folders_untouched():
+def project_folders_untouched(tmp_path_factory):
+    """Module- and session-scoped fixtures start in a temporary folder too (they are set up before any test's own
+    ``temporary_working_directory``): a relative default such as ``Paths().samples_dir`` never reaches the project."""
     before = _state()
+    home = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
     yield
+    os.chdir(home)
     after = _state()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert not changed, f"the tests wrote into the project's own folders: {changed[:20]}"
