@@ -52,6 +52,7 @@ common=(paths.root=.)
 # second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
 sub() { echo "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$1\""; }
 run=(-m +experiment=table1 "dataset=$tasks" "${common[@]}")
+faith_sets=()
 if [ "$variant" != gold ] && [ "$lane" != sample ] && [ "$lane" != report ]; then
   # explain the variant's caches (the sampled cache wins over the raw data); refuse to start without them, so that
   # no lane falls back to the raw gold targets; a task whose cache kept no row is left out (its report lists it)
@@ -61,8 +62,9 @@ if [ "$variant" != gold ] && [ "$lane" != sample ] && [ "$lane" != report ]; the
     if [ -s "$vdir/samples/$t.jsonl" ]; then kept+="${kept:+,}$t"; else echo "table1.sh: $t: no row kept by the sampling stage, left out" >&2; fi
   done
   [ -n "$kept" ] || fail "no task of $tasks kept a row in the sampling stage ($vdir/samples)"
-  run=(-m +experiment=table1 "dataset=$kept" "${common[@]}" "paths.samples_dir=$vdir/samples"
-       "mode.faithfulness.common_sets=[all,nonstop]")
+  run=(-m +experiment=table1 "dataset=$kept" "${common[@]}" "paths.samples_dir=$vdir/samples")
+  # every method also under the common deletion sets (the lanes that score faithfulness)
+  faith_sets=("mode.faithfulness.common_sets=[all,nonstop]")
 fi
 case $lane in
   sample)
@@ -73,11 +75,13 @@ case $lane in
       "${common[@]}" "paths.samples_dir=$vdir/samples" hydra.sweep.dir="$vdir/sample" \
       "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset}\"" "${gen[@]}" "$@" ;;
   faith)
-    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/faith_rec" \
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
+      hydra.sweep.dir="$vdir/faith_rec" \
       'attribution=[ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation]' "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders
-    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n_ig" "$(sub "$n_ig")" hydra.sweep.dir="$vdir/ig" \
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n_ig" "$(sub "$n_ig")" \
+      hydra.sweep.dir="$vdir/ig" \
       'attribution=[integrated_gradients]' stats.baseline=null "$@" ;;
   rec)
     hops=(3); [ "$variant" = gold ] && hops=(1 3)

@@ -110,9 +110,17 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
         assert {r["method"] for r in recs} == {"ifr_multi_hop_both", "attention"}
         assert all(r["thinking_span"] is not None and set(r["faithfulness"]["row"]["common"]) == {"all", "nonstop"}
                    for r in recs)
+    # FlashTrace's hops=3 recall row: a recovery-only lane (the faith lanes' deletion-set settings are not its own)
+    out = _lane(tmp_path, "rec", variant="cot_evidence", tasks="vt_h2_c3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    job = vdir / "rec_h3" / "dataset=vt_h2_c3,max_examples=1"
+    (rec,) = [json.loads(line) for line in (job / "results.jsonl").read_text().splitlines()]
+    assert rec["recovery_budget"]["stop_tokens_skipped"] and "faithfulness" not in rec
+    assert json.loads((job / "manifest.json").read_text())["config"]["attribution"]["ifr_multi_hop_both"]["hops"] == 3
     out = _lane(tmp_path, "report", variant="cot_evidence", tasks=tasks)
     assert out.returncode == 0, out.stderr[-3000:]
     md = (vdir / "report" / "table1.md").read_text()
     assert md.startswith("**evidence CoT (labelled synthetic)")
+    assert "| ifr_multi_hop_both (hops=3) |" in md
     assert "| niah_mq_q2 | cache: " in md and "| evidence_cot | 1 | 1 | 1 | 1 | 1 | 1.000 |" in md
     assert "## Faithfulness by deletion set" in md and "RISE@all" in md
