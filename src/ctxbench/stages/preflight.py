@@ -6,8 +6,9 @@ are left to Hydra, and each sweep of ``-m`` contributes its first value) and tur
 
 - a misspelt key: ``unknown key `hopz` in attribution.ifr_multi_hop; did you mean `hops`?`` (the key names come from
   the composed config, i.e. the schema of the part);
-- a parameter of a method or mode that is not selected: ``attribution.attention is not selected (attribution=[...]
-  selects ifr_multi_hop_both, ...); add it to the list to set its parameters``;
+- a parameter of a method or mode that is not selected: ``attribution.attention is not selected
+  (attribution=[ifr_multi_hop,random]); add it to the list, attribution=[ifr_multi_hop,random,attention], to set its
+  parameters``;
 - an unknown option of a config group, with the options there are;
 - a list written without brackets outside ``-m`` (``attribution=a,b``): write ``attribution=[a,b]``;
 - a value of the wrong type, and anything else Hydra refuses: its first line.
@@ -158,7 +159,7 @@ def app_help(conf_dir: str | Path, config_name: str, app_name: str, args: list[s
     from omegaconf import OmegaConf
 
     conf_dir = Path(conf_dir)
-    groups = [f"{d.name}: {', '.join(sorted(p.stem for p in d.glob('*.yaml')))}"
+    groups = [f"{d.name}: {', '.join(_options([conf_dir], d.name))}"
               for d in sorted(conf_dir.iterdir()) if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))]
     overrides = [o for o in _override_texts(args) if not o.lstrip("+~").startswith("hydra")]
     cfg = _compose(conf_dir, config_name, overrides)
