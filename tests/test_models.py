@@ -1,12 +1,16 @@
 """Model loading: source resolution, folders, GGUF with the dequantised cache, the real SmolLM2 offline."""
 
 
+import hashlib
+import os
+
 import pytest
 import torch
 
 from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
 from ctxbench.assets import package_dir
-from ctxbench.models.causal_lm import pick_dtype
+from ctxbench.models import causal_lm
+from ctxbench.models.causal_lm import ModelSource, pick_dtype
 from ctxbench.models.openai_client import OpenAIChat, api_key
 
 
@@ -95,7 +99,32 @@ def test_smollm2_offline(smollm2, monkeypatch):
 def test_dequantised_cache_is_plain_safetensors(smollm2):
     from conftest import CACHE_DIR
 
-    folders = list((CACHE_DIR / "dequantized").glob("SmolLM2-135M-Instruct.Q4_1-*-tf5"))
-    assert len(folders) == 1 and (folders[0] / "model.safetensors").stat().st_size > 400e6
-    config = (folders[0] / "config.json").read_text()
+    # The copy of this GGUF's content; copies made from other installs (older keys) may lie beside it.
+    folder = causal_lm._gguf_cache_dir(smollm2.source, CACHE_DIR)
+    assert (folder / "model.safetensors").stat().st_size > 400e6
+    config = (folder / "config.json").read_text()
     assert "quantization_config" not in config
+
+
+def test_the_dequantised_copy_is_keyed_by_content_not_by_place_or_time(tmp_path):
+    """Two installs of one GGUF (other folder, other mtime) share one copy; other content gets another."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    made = ((a, b"GGUF same", 1_000_000), (b, b"GGUF same", 2_000_000), (c, b"GGUF other", 1_000_000))
+    for folder, blob, mtime in made:
+        folder.mkdir()
+        (folder / "m.gguf").write_bytes(blob)
+        os.utime(folder / "m.gguf", (mtime, mtime))
+    key = [causal_lm._gguf_cache_dir(ModelSource(str(f), "m.gguf", True), tmp_path / "cache") for f in (a, b, c)]
+    assert key[0] == key[1] != key[2]
+    digest = hashlib.sha256(b"GGUF same").hexdigest()[:16]
+    assert key[0].name.startswith(f"m-{digest}-tf")
+
+
+def test_a_gguf_tokenizer_is_named_after_its_file_not_the_cache_folder(smol_tokenizer):
+    """Generated data and span caches record this name: it must read the same on every machine."""
+    from ctxbench.datasets.ruler_gen.length import tokenizer_record
+
+    assert smol_tokenizer.name_or_path == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert tokenizer_record(smol_tokenizer)["name_or_path"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert causal_lm.tokenizer_identity(ModelSource("org/repo", "x.gguf", False)) == "org/repo/x.gguf"
+    assert causal_lm.tokenizer_identity(ModelSource("org/repo", None, False)) is None

@@ -1,8 +1,10 @@
 """Load a transformers causal LM and its tokenizer from a hub id, a local folder, a GGUF file or an installed package.
 
 GGUF files are dequantised by transformers on every load (about 30 s for SmolLM2-135M); the first load therefore writes a
-plain safetensors copy under ``cache_dir`` keyed by the file's identity and the transformers major version, and later
-loads read that copy in about a second.
+plain safetensors copy under ``cache_dir`` keyed by the file's content (sha256) and the transformers major version, and
+later loads read that copy in about a second. The key never depends on where the file lies or when it was installed, so
+two installs of the same package share one copy. A tokenizer loaded from a GGUF file is named after that file (not after
+the cache folder), so what records it (generated data, span caches) reads the same on every machine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+from functools import lru_cache
 
 import torch
 
@@ -88,14 +92,32 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return table[dtype]
 
 
+@lru_cache(maxsize=16)
+def _content_sha256(path: str, size: int, mtime_ns: int) -> str:
+    # size and mtime are part of the memo key only: a file replaced in place is hashed again.
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _gguf_cache_dir(source: ModelSource, cache_root: Path) -> Path:
     import transformers
 
-    f = Path(source.location) / str(source.gguf_file)
+    f = (Path(source.location) / str(source.gguf_file)).resolve()
     st = f.stat()
-    key = hashlib.sha256(f"{f.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:16]
+    key = _content_sha256(str(f), st.st_size, st.st_mtime_ns)[:16]
     major = transformers.__version__.split(".")[0]
     return cache_root / "dequantized" / f"{f.stem}-{key}-tf{major}"
+
+
+def tokenizer_identity(source: ModelSource) -> Optional[str]:
+    """The name a GGUF model's tokenizer goes by: the file's name (with the hub id for a hub file); None otherwise,
+    leaving transformers' own ``name_or_path``."""
+    if not source.gguf_file:
+        return None
+    return source.gguf_file if source.is_local else f"{source.location}/{source.gguf_file}"
 
 
 def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
@@ -128,7 +150,7 @@ def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
     location, gguf = _weights_location(cfg, source, cache_dir)
     tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                         trust_remote_code=cfg.trust_remote_code)
-    _fix_tokenizer(tok)
+    _fix_tokenizer(tok, source)
     return tok
 
 
@@ -142,10 +164,13 @@ def _weights_location(cfg: ModelConfig, source: ModelSource, cache_dir) -> tuple
     return source.location, source.gguf_file
 
 
-def _fix_tokenizer(tok) -> None:
+def _fix_tokenizer(tok, source: ModelSource) -> None:
     # Batched scoring and generation need a pad id; decoder-only models commonly ship without one.
     if tok.pad_token is None and tok.eos_token is not None:
         tok.pad_token = tok.eos_token
+    name = tokenizer_identity(source)
+    if name:
+        tok.name_or_path = name
 
 
 def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
@@ -171,7 +196,7 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
         kwargs["device_map"] = cfg.device_map
     tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                         trust_remote_code=cfg.trust_remote_code)
-    _fix_tokenizer(tok)
+    _fix_tokenizer(tok, source)
     model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if not cfg.device_map:
         model.to(device)
