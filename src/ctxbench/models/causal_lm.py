@@ -124,7 +124,8 @@ def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
     """Load the GGUF once (slow), then save a plain fp32 safetensors copy atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("dequantising %s/%s once into %s (first load is slow)", source.location, source.gguf_file, target)
+    # the file's name, not its folder: committed run logs must not name this machine's install paths
+    log.info("dequantising %s once into %s (first load is slow)", source.gguf_file, target)
     tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
     model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=torch.float32)
     # The model is now plain fp32; drop the quantisation markers so save_pretrained writes ordinary weights.
