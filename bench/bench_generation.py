@@ -54,14 +54,14 @@ def main() -> None:
           f"{torch.get_num_threads()}, {len(reqs)} prompts, max_new_tokens {args.max_new_tokens}, greedy")
 
     warm = HFGenerator(batch_size=1, max_new_tokens=4)
-    warm.bind(lm)
+    warm.use_lm(lm)
     warm.generate(reqs[:1])
     results = []
     base = None
     print(f"{'batch':>5} {'seconds':>8} {'tokens':>7} {'tok/s':>8} {'ratio':>6}")
     for bs in sizes:
         gen = HFGenerator(batch_size=bs, max_new_tokens=args.max_new_tokens)
-        gen.bind(lm)
+        gen.use_lm(lm)
         if lm.device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()

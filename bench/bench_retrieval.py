@@ -115,7 +115,7 @@ def rerank_figures(job: Path, args) -> None:
     run = json.loads(path.read_text())["search_results"]
     subset = {q: run[q] for q in sorted(run)[:args.rerank_queries]}
     reranker = QueryLikelihoodReranker()
-    reranker.bind(load_causal_lm(ModelConfig(), cache_dir=ROOT / ".cache"))
+    reranker.use_lm(load_causal_lm(ModelConfig(), cache_dir=ROOT / ".cache"))
     t0 = time.perf_counter()
     rerank(reranker, split, subset, args.rerank_top_k)
     dt = time.perf_counter() - t0

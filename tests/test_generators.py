@@ -252,7 +252,7 @@ def test_openai_generator_from_its_yaml(server, tmp_path):
     assert [g.key for g in out] == ["a", "b", "c"] and [g.text for g in out] == ["A", "", "C"]
     assert out[1].error.startswith("gave up after 2 attempts: HTTP 502") and out[0].ok and not out[1].ok
     assert server.bodies[0]["max_tokens"] == 1024 and "seed" not in server.bodies[0]
-    assert "sk-" not in json.dumps(gen.describe())
+    assert "sk-" not in json.dumps(gen.settings())
     with pytest.raises(ConfigError, match="generator: .*timeout_s=0"):
         build(_compose(["generator=openai", "generator.timeout_s=0", f"generator.api_key_env={KEY_ENV}"]).generator,
               "generator")
@@ -347,7 +347,7 @@ def test_hf_batches_left_padded_sorted_and_stops_at_eos(smol_tokenizer):
     script = {lens[0]: word + [eos], lens[1]: word * 3, lens[2]: [eos]}
     lm = FakeLM(tok, script)
     gen = HFGenerator(batch_size=2, max_new_tokens=3)
-    gen.bind(lm)
+    gen.use_lm(lm)
     out = gen.generate(reqs)
     assert [g.key for g in out] == ["k0", "k1", "k2"]
     assert (out[0].text, out[0].finish_reason, out[0].completion_tokens) == (" word", "stop", len(word) + 1)
@@ -371,7 +371,7 @@ def test_hf_renders_the_chat_template_and_isolates_failures(smol_tokenizer):
     assert n_ok != n_bad
     lm = FakeLM(tok, {n_ok: [tok.eos_token_id]}, fail_width=n_bad)
     gen = HFGenerator(batch_size=4)
-    gen.bind(lm)
+    gen.use_lm(lm)
     out = gen.generate([GenerationRequest("bad", msgs), GenerationRequest("ok", user("this one is fine"))])
     assert out[0].error == "RuntimeError: this prompt always fails" and out[1].ok and out[1].finish_reason == "stop"
     assert [c[0].shape[0] for c in lm.calls] == [2, 1, 1]  # the batch, then one by one
@@ -385,7 +385,7 @@ def test_hf_checks_and_needs_a_bound_model():
     with pytest.raises(RuntimeError, match="no model bound"):
         HFGenerator().generate([GenerationRequest("a", user("x"))])
     with pytest.raises(ValueError, match="LoadedLM"):
-        HFGenerator().bind(None)
+        HFGenerator().use_lm(None)
     cfg = _compose([])
     gen = build(cfg.generator, "generator", Generator)
     assert isinstance(gen, HFGenerator) and (gen.batch_size, gen.max_new_tokens, gen.temperature) == (8, 512, 0.0)
@@ -396,15 +396,15 @@ def test_hf_on_smollm2_batched_equals_one_by_one(smollm2):
     prompts = ["What is the capital of France?", "Name a colour."]
     reqs = [GenerationRequest(str(i), [{"role": "user", "content": p}]) for i, p in enumerate(prompts)]
     batched = HFGenerator(batch_size=2, max_new_tokens=8)
-    batched.bind(smollm2)
+    batched.use_lm(smollm2)
     single = HFGenerator(batch_size=1, max_new_tokens=8)
-    single.bind(smollm2)
+    single.use_lm(smollm2)
     a, b = batched.generate(reqs), single.generate(reqs)
     assert [g.text for g in a] == [g.text for g in b] and all(g.ok for g in a)
     assert all(g.completion_tokens <= 8 and g.finish_reason in ("stop", "length") for g in a)
     assert "Paris" in a[0].text
     s1 = HFGenerator(max_new_tokens=3, temperature=1.0, seed=3)
-    s1.bind(smollm2)
+    s1.use_lm(smollm2)
     assert [g.text for g in s1.generate(reqs[:1])] == [g.text for g in s1.generate(reqs[:1])]  # seeded sampling
 
 
@@ -477,6 +477,6 @@ def test_box_guard_in_transformers_generate_on_a_tiny_llama(smol_tokenizer):
     LM.model = model
     for box_on_stop, expected, forced in ((False, "", []), (True, "\n\\box{}", ["open_box", "close_box"])):
         gen = HFGenerator(batch_size=2, max_new_tokens=12, box_on_stop=box_on_stop)
-        gen.bind(LM)
+        gen.use_lm(LM)
         out = gen.generate([GenerationRequest("a", text="Hello there"), GenerationRequest("b", text="Hi")])
         assert [(g.text, g.finish_reason, g.forced) for g in out] == [(expected, "stop", forced)] * 2

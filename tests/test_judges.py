@@ -109,11 +109,11 @@ def test_model_judge_uses_the_spec_prompts_and_parse():
     assert [r.messages for r in j._gen.seen] == [judge_messages("Paris", "It is Paris."), judge_messages("Paris", "Lyon"),
                                                  judge_messages("y", "x")]
     assert ModelJudge().judge([]) == []
-    with pytest.raises(RuntimeError, match="no model bound"):
+    with pytest.raises(RuntimeError, match="no model handed over"):
         ModelJudge().judge(items)
     with pytest.raises(ConfigError, match="judge: judge=model with judge.path=null"):
-        ModelJudge().bind(None)  # an endpoint model: nothing local to judge with
-    ModelJudge(path="some/model").bind(None)  # its own model: loaded on first use
+        ModelJudge().use_lm(None)  # an endpoint model: nothing local to judge with
+    ModelJudge(path="some/model").use_lm(None)  # its own model: loaded on first use
 
 
 def test_judge_options_from_yaml():
@@ -156,7 +156,7 @@ def test_openai_judge_against_a_local_server(server, tmp_path):  # noqa: F811
 @pytest.mark.slow
 def test_model_judge_on_smollm2(smollm2):
     j = ModelJudge(max_new_tokens=4)
-    j.bind(smollm2)
+    j.use_lm(smollm2)
     verdicts = j.judge([JudgeItem("The capital of France is Paris.", "Paris"), JudgeItem("Berlin", "Paris")])
     assert len(verdicts) == 2 and all(v.error is None and isinstance(v.correct, bool) for v in verdicts)
     assert all(v.correct is parse_judge_response(v.response) for v in verdicts)

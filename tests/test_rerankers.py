@@ -106,10 +106,11 @@ def test_cross_encoder_sigmoid_normalisation_and_instructions(tiny_cross_encoder
 
 def test_cross_encoder_name_settings_and_checks(tiny_cross_encoder):
     ce = CrossEncoderReranker(model=str(tiny_cross_encoder))
-    assert isinstance(ce, Reranker) and not ce.needs_model and ce.name == tiny_cross_encoder.name
+    assert isinstance(ce, Reranker) and not ce.needs_lm and ce.name == tiny_cross_encoder.name
     s = ce.settings()
     json.dumps(s)
-    assert s["query_max_length"] == 384 and s["files"]
+    assert s["query_max_length"] is None and s["identity"]["query_max_length"] == 384 and s["identity"]["files"]
+    assert "batch_size" not in s and CrossEncoderReranker(model=str(tiny_cross_encoder), batch_size=3).settings() == s
     assert CrossEncoderReranker(model=str(tiny_cross_encoder), normalize=True).settings() != s
     for bad, key in [(dict(max_length=0), "max_length"), (dict(batch_size=-1), "batch_size"),
                      (dict(query_max_length=0), "query_max_length"),
@@ -171,7 +172,7 @@ def hand_loop(lm, pairs, passage_max=None):
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 def test_query_likelihood_equals_the_hand_loop(tiny_lm, padding_side):
     ql = QueryLikelihoodReranker(batch_size=3, padding_side=padding_side)
-    ql.bind(tiny_lm)
+    ql.use_lm(tiny_lm)
     got = ql.score(PAIRS)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, hand_loop(tiny_lm, PAIRS), atol=1e-5)
@@ -179,7 +180,7 @@ def test_query_likelihood_equals_the_hand_loop(tiny_lm, padding_side):
 
 def test_query_likelihood_rows_are_the_prompt(tiny_lm):
     ql = QueryLikelihoodReranker()
-    ql.bind(tiny_lm)
+    ql.use_lm(tiny_lm)
     (ctx, q), = ql.token_rows([("Who wrote it?", "A play.")])
     tok = tiny_lm.tokenizer
     assert tok.decode(ctx + q) == "Passage: A play.\nPlease write a question based on this passage.\nQuestion: " \
@@ -190,7 +191,7 @@ def test_query_likelihood_rows_are_the_prompt(tiny_lm):
 def test_query_likelihood_batch_and_padding_invariance(tiny_lm):
     """Every batch size and both padding sides give the scores of one row at a time."""
     ql = QueryLikelihoodReranker()
-    ql.bind(tiny_lm)
+    ql.use_lm(tiny_lm)
     rows = ql.token_rows(PAIRS)
     ref = mean_query_logprobs(tiny_lm.model, rows, pad_id=0, batch_size=1)
     for side in ("left", "right"):
@@ -203,23 +204,24 @@ def test_query_likelihood_batch_and_padding_invariance(tiny_lm):
 
 def test_query_likelihood_truncates_the_passage(tiny_lm):
     ql = QueryLikelihoodReranker(passage_max_length=4)
-    ql.bind(tiny_lm)
+    ql.use_lm(tiny_lm)
     np.testing.assert_allclose(ql.score(PAIRS), hand_loop(tiny_lm, PAIRS, passage_max=4), atol=1e-5)
 
 
 def test_query_likelihood_name_settings_and_checks(tiny_lm):
     ql = QueryLikelihoodReranker()
-    assert ql.needs_model
-    with pytest.raises(RuntimeError, match="bind"):
+    assert ql.needs_lm
+    with pytest.raises(RuntimeError, match="use_lm"):
         ql.name
     with pytest.raises(ValueError, match="LoadedLM"):
-        ql.bind(None)
-    ql.bind(tiny_lm)
+        ql.use_lm(None)
+    ql.use_lm(tiny_lm)
     assert ql.name == "query_likelihood-tiny_llama"
     s = ql.settings()
     json.dumps(s)
+    assert s["identity"]["model"] == tiny_lm.config.name and "padding_side" not in s
     other = QueryLikelihoodReranker(prompt="Document: {passage}\nQuery: {query}")
-    other.bind(tiny_lm)
+    other.use_lm(tiny_lm)
     assert other.settings() != s
     for bad in ["no slots", "{query} {passage}", "{passage} {query} tail", "{passage} {passage} {query}"]:
         with pytest.raises(ValueError, match="prompt"):
@@ -264,7 +266,7 @@ def test_smollm2_query_likelihood_finds_the_source_passage(smollm2):
                  "Which painting by Georges Seurat is a founding work of neo-impressionism?",
                  "Which styles of Western art music developed between 1901 and 2000?"]
     ql = QueryLikelihoodReranker(batch_size=8)
-    ql.bind(smollm2)
+    ql.use_lm(smollm2)
     for i, q in enumerate(questions):
         scores = ql.score([(q, p) for p in passages])
         assert int(np.argmax(scores)) == i, (q, scores)

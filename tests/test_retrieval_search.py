@@ -94,9 +94,6 @@ class KeywordReranker(Reranker):
     def name(self):
         return "keyword"
 
-    def settings(self):
-        return {"weight": self.weight}
-
     def score(self, pairs):
         type(self).calls += 1
         return np.array([self.weight * sum(w in d.split() for w in q.split()) for q, d in pairs], dtype=np.float64)
@@ -155,7 +152,8 @@ def test_stage_reuses_refuses_and_overwrites(tmp_path, monkeypatch):
     assert files == ["bm25/NoReranker/beir-test.json", "bm25/keyword/beir-test.json"]
     stored = json.loads((out / "search_results/bm25/keyword/beir-test.json").read_text())
     assert {"eval_name", "model_name", "reranker_name", "split", "dataset_name", "search_results", "settings"} <= \
-        set(stored) and stored["settings"]["reranker"] == {"weight": 1.0}
+        set(stored) and stored["settings"]["reranker"] == {"_target_": "test_retrieval_search.KeywordReranker",
+                                                     "weight": 1.0}
     by = {e["reranker"]: e["metrics"] for e in first["results"]}
     assert by["NoReranker"]["mrr_at_1"] == 1.0  # bm25 ranks each query's article first
     # the same settings: nothing searched or reranked again, the same figures
@@ -183,12 +181,12 @@ def no_lm(*a, **k):
 
 @dataclass
 class LMReranker(KeywordReranker):
-    """A reranker that uses the model group's causal LM: the stage must load it and bind it first."""
+    """A reranker that uses the model group's causal LM: the stage must load it and hand it over first."""
 
-    needs_model: ClassVar[bool] = True
+    needs_lm: ClassVar[bool] = True
     bound: ClassVar[list] = []
 
-    def bind(self, loaded_lm):
+    def use_lm(self, loaded_lm):
         type(self).bound.append(loaded_lm)
 
 

@@ -10,6 +10,7 @@ import math
 import random as pyrandom
 from collections import Counter
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -488,7 +489,7 @@ def test_mdl_keeps_the_set_with_the_lowest_label_entropy(tiny_lm):
     pool = POOL[:12]
     r = MDLRetriever(ice_num=2, candidate_num=5, select_time=3, seed=1, labels=["yes", "no", "maybe"],
                      embedder=hash_embedder())
-    r.use_lm(model, tok)
+    r.use_lm(SimpleNamespace(model=model, tokenizer=tok))  # a LoadedLM's two fields
     r.fit(pool)
     queries = [{"id": f"q{i}", "prompt": POOL[20 + i]["prompt"]} for i in range(2)]
     got = r.retrieve(queries)

@@ -101,7 +101,7 @@ def test_dpp_and_votek_on_real_embeddings(embedder, corpus, queries):
 def test_mdl_with_smollm2(embedder, smollm2):
     pool = load_pool()
     r = MDLRetriever(ice_num=1, candidate_num=3, select_time=2, labels=["65", "108", "1976"], embedder=embedder)
-    r.use_lm(smollm2.model, smollm2.tokenizer)
+    r.use_lm(smollm2)
     r.fit(pool)
     q = [{"id": "t0", "prompt": "The writer Ana Vell was born in Porto.\nWhat is the ASCII code of the first letter of "
                                  "the city where Ana Vell was born?"}]
@@ -115,7 +115,7 @@ def test_grouped_retrieval_ranks_like_fit_and_retrieve(embedder, corpus, queries
     selecting again for each pool)."""
     groups = [(corpus[:60], queries[:4]), (corpus[60:], queries[4:8])]
     mdl = MDLRetriever(ice_num=1, candidate_num=3, select_time=2, labels=["yes", "no"], embedder=embedder, **FIELDS)
-    mdl.use_lm(smollm2.model, smollm2.tokenizer)
+    mdl.use_lm(smollm2)
     options = [DenseRetriever(ice_num=5, embedder=embedder, **FIELDS),
                DPPRetriever(ice_num=4, candidate_num=12, scale_factor=10.0, embedder=embedder, **FIELDS),
                VotekRetriever(ice_num=5, embedder=embedder, **FIELDS), mdl]

@@ -20,6 +20,7 @@ from ctxbench.attribution.baselines import _Baseline, _predicting_rows, explaini
 from ctxbench.attribution.lrp_rules import attnlrp_rules, linear_rule
 from ctxbench.attribution.multi_hop import _check_hops, _result, hop_recursion, observation_mask
 from ctxbench.models.attention import attention_kernel
+from ctxbench.part import neutral
 
 
 class LRPPass:
@@ -80,7 +81,7 @@ class AttnLRPAttributor(_LRPMethod, _Baseline):
     ``row_batch`` rows share one batched backward pass (more memory, fewer passes)."""
 
     method: ClassVar[str] = "attnlrp"
-    row_batch: int = 1
+    row_batch: int = neutral(1)
 
     def __post_init__(self):
         super().__post_init__()

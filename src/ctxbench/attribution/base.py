@@ -7,14 +7,14 @@ Coordinates: the model input has T tokens; ``input_ids[gen_start:]`` are the G g
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
+from ctxbench.part import Part
 
 Span = Optional[Sequence[int]]
 
@@ -51,7 +51,7 @@ class AttributionResult:
 
 
 @dataclass
-class Attributor(ABC):
+class Attributor(Part, ABC):
     """Builds a G x (P+G) attribution matrix for one model input.
 
     Subclasses are dataclasses: their typed fields are the method's parameters (the config node of
@@ -60,10 +60,6 @@ class Attributor(ABC):
     """
 
     method: ClassVar[str] = ""
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
                   rows: Optional[Sequence[int]] = None) -> AttributionResult:
@@ -79,7 +75,7 @@ class Attributor(ABC):
         res = self._attribute(model, tokenizer, ctx, sink, think, timings)
         timings["total"] = time.perf_counter() - t0
         res.timings = timings
-        res.params = self.params
+        res.params = self.settings()
         return res
 
     @abstractmethod

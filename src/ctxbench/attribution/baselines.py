@@ -21,6 +21,7 @@ from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
+from ctxbench.part import neutral
 from ctxbench.tokens import eos_id
 
 
@@ -59,7 +60,7 @@ class AttentionAttributor(_Baseline):
     layer: int = -1
     times_ig: bool = False
     ig_steps: int = 20
-    ig_batch: int = 4
+    ig_batch: int = neutral(4)
     attn_implementation: Optional[str] = "sdpa"
 
     def __post_init__(self):
@@ -172,7 +173,7 @@ class IntegratedGradientsAttributor(_GradBaseline):
 
     method: ClassVar[str] = "integrated_gradients"
     ig_steps: int = 20
-    ig_batch: int = 4
+    ig_batch: int = neutral(4)
 
     def __post_init__(self):
         _check_ig(self.method, self.ig_steps, self.ig_batch)

@@ -17,8 +17,8 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
 from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores, check_batch_size,
                                                check_choice, spread_onto_tokens)
+from ctxbench.part import neutral
 from ctxbench.tokens import eos_id
-
 
 # --- the surrogate ----------------------------------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ class ContextCiteAttributor(Attributor):
     holdout: float = 0.2
     spread: str = "copy"
     seed: int = 0
-    batch_size: int = 4
+    batch_size: int = neutral(4)
     forward_attn_impl: Optional[str] = "sdpa"
 
     def __post_init__(self):

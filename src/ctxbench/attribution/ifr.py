@@ -35,7 +35,7 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix
 from ctxbench.attribution.capture import Capture, capture
-
+from ctxbench.part import neutral
 
 _BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rounding (~head_dim x eps)
 
@@ -339,9 +339,9 @@ class IFRAttributorBase(Attributor):
     tau: float = 0.0  # proximities below tau count 0
     recompute_attention: bool = True
     forward_attn_impl: Optional[str] = "sdpa"
-    sink_chunk: int = 64  # sink rows whose attention is formed at once
-    chunk_elems: int = 1 << 22  # elements of one (sources x heads x d) block
-    f_cache_bytes: int = 1 << 30  # keep one layer's head outputs when they fit
+    sink_chunk: int = neutral(64)  # sink rows whose attention is formed at once
+    chunk_elems: int = neutral(1 << 22)  # elements of one (sources x heads x d) block
+    f_cache_bytes: int = neutral(1 << 30)  # keep one layer's head outputs when they fit
 
     def __post_init__(self):
         for name in ("sink_chunk", "chunk_elems", "f_cache_bytes"):

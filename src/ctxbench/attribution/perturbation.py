@@ -21,6 +21,7 @@ from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
+from ctxbench.part import neutral
 from ctxbench.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
@@ -156,7 +157,7 @@ class PerturbationAttributor(Attributor):
     method: ClassVar[str] = "perturbation"
     objective: str = "logprob"
     spread: str = "copy"
-    batch_size: int = 4
+    batch_size: int = neutral(4)
     forward_attn_impl: Optional[str] = "sdpa"
 
     def __post_init__(self):

@@ -15,6 +15,7 @@ from typing import ClassVar, Optional
 
 from ctxbench.errors import DataError
 from ctxbench.example import CachedExample, read_examples
+from ctxbench.part import Part, neutral
 from ctxbench.sampling.cache import cache_mismatch
 
 log = logging.getLogger(__name__)
@@ -45,13 +46,13 @@ class LoadedSource:
 
 
 @dataclass(kw_only=True)
-class Dataset(ABC):
+class Dataset(Part, ABC):
     """``name`` names the dataset everywhere (output dirs, caches, reports). ``use_cache``: a sampled cache
     ``<samples_dir>/<name>.jsonl`` wins over the raw data (the sampling stage always reads the raw data)."""
 
     kind: ClassVar[str] = ""  # recorded in manifests
     name: str
-    use_cache: bool = True
+    use_cache: bool = neutral(True)  # where the examples are read from, not what they are
 
     @abstractmethod
     def raw_path(self, paths: Paths, tokenizer=None) -> Path:
@@ -73,7 +74,7 @@ class Dataset(ABC):
         refused, naming what differs (``sampling.cache.cache_mismatch``)."""
         cache = self.sampled_cache(paths)
         if (self.use_cache if use_cache is None else use_cache) and cache.is_file():
-            mismatch = cache_mismatch(cache, self.settings(), model)
+            mismatch = cache_mismatch(cache, {f.name: getattr(self, f.name) for f in fields(self)}, model)
             if mismatch is not None:
                 raise DataError(f"this sampled cache would stand in for dataset {self.name}, but it was made from "
                                 f"other data or for another model: {mismatch}; run with the settings it was made "
@@ -89,10 +90,6 @@ class Dataset(ABC):
                  "the sampled cache; dataset.use_cache=false reads the raw data instead" if source.kind == "cache"
                  else f"{source.kind} data")
         return source, examples
-
-    def settings(self) -> dict:
-        """The dataset's fields, as plain values."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def file_fingerprint(path: str | Path) -> str:

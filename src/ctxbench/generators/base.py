@@ -3,8 +3,8 @@
 A generator is a class reached by ``_target_`` from ``conf/generator/<name>.yaml``; its constructor's typed keywords are
 its parameters. ``generate(requests)`` answers every request in order; a request that fails yields a ``Generation``
 with ``error`` set (one line) instead of raising, so one bad request never loses the others. Generators that run the
-local model get it through ``bind(loaded_lm)`` before the first ``generate`` (the stage loads the ``model`` group once
-and binds it); the others ignore ``bind``.
+local model (``needs_lm``) get it through ``use_lm(loaded_lm)`` before the first ``generate`` (the stage loads the
+``model`` group once and hands it over); the others ignore it (``ctxbench.part.Part``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
+from ctxbench.part import Part
 
 
 def one_line(text: Any, limit: int = 300) -> str:
@@ -65,26 +66,16 @@ class Generation:
                 "forced": list(self.forced)}
 
 
-class Generator(ABC):
-    """Subclasses are dataclasses (their fields are the parameters) with a ``name``."""
+class Generator(Part, ABC):
+    """Subclasses are dataclasses (their fields are the parameters) with a ``name``; ``needs_lm``: runs the `model`
+    group's model locally (the stage loads it and hands it over with ``use_lm``)."""
 
     name: ClassVar[str] = ""
-    needs_model: ClassVar[bool] = False  # runs the `model` group's model locally: the stage loads and binds it
 
     def check(self, examples: list, dataset: str) -> None:
         """Raise ``ExampleRefused`` when this generator cannot answer the dataset at all (called before any model
         loads)."""
 
-    def bind(self, loaded_lm: Any) -> None:
-        """Receive the model of the ``model`` group (a ``ctxbench.models.LoadedLM``, or None for an endpoint model).
-        Generators that do not run it locally ignore it."""
-
     @abstractmethod
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """One Generation per request, in the same order, keys matching."""
-
-    def describe(self) -> dict[str, Any]:
-        """Settings worth recording with the results (no secrets)."""
-        from dataclasses import asdict, is_dataclass
-
-        return {"generator": self.name, **(asdict(self) if is_dataclass(self) else {})}

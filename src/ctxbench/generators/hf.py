@@ -1,6 +1,6 @@
 """``generator=hf``: local transformers generation with the model of the ``model`` group (docs/sampling.md#hf).
 
-The stage loads the model once (``load_causal_lm``) and hands it over with ``bind(loaded_lm)``. Each request is rendered
+The stage loads the model once (``load_causal_lm``) and hands it over with ``use_lm``. Each request is rendered
 with the tokenizer's chat template (``add_generation_prompt=True``) unless it carries its pre-rendered ``text``; requests
 are sorted by length (longest first) and run in batches of ``batch_size`` with left padding; decoding is greedy unless
 ``temperature > 0`` (sampling seeded with ``seed`` at the start of every ``generate`` call), stops at any EOS id of the
@@ -16,8 +16,10 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from ctxbench.errors import ConfigError
 from ctxbench.generators.base import Generation, GenerationRequest, Generator, one_line
 from ctxbench.generators.box_guard import BoxGuard
+from ctxbench.part import neutral
 from ctxbench.tokens import eos_ids
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,8 @@ class HFGenerator(Generator):
     ``\\box{`` when the model would stop without one, stop once it is closed); ``progress``: a tqdm bar over batches."""
 
     name: ClassVar[str] = "hf"
-    needs_model: ClassVar[bool] = True
-    batch_size: int = 8
+    needs_lm: ClassVar[bool] = True
+    batch_size: int = neutral(8)
     max_new_tokens: int = 512
     temperature: float = 0.0
     top_p: float = 1.0
@@ -52,7 +54,7 @@ class HFGenerator(Generator):
     repetition_penalty: float = 1.0
     enable_thinking: Optional[bool] = None
     box_on_stop: bool = False
-    progress: bool = False
+    progress: bool = neutral(False)
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -67,9 +69,9 @@ class HFGenerator(Generator):
             raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0")
         self._lm = None
 
-    def bind(self, loaded_lm: Any) -> None:
+    def use_lm(self, loaded_lm: Any) -> None:
         if loaded_lm is None or not hasattr(loaded_lm, "model") or not hasattr(loaded_lm, "tokenizer"):
-            raise ValueError("generator hf runs the local model: bind it a LoadedLM (model.backend=hf), "
+            raise ConfigError("generator hf runs the local model: hand it a LoadedLM (model.backend=hf), "
                              f"got {type(loaded_lm).__name__}")
         self._lm = loaded_lm
 

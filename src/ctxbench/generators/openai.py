@@ -8,7 +8,7 @@ is read from the environment variable ``api_key_env`` and never written anywhere
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional
 
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
 from ctxbench.models.openai_client import ChatError, EndpointSettings
@@ -47,6 +47,3 @@ class OpenAIGenerator(EndpointSettings, Generator):
                                       prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens))
         return out
 
-    def describe(self) -> dict[str, Any]:
-        return {"generator": self.name, **self.describe_endpoint(), "max_new_tokens": self.max_new_tokens,
-                "temperature": self.temperature, "seed": self.seed, "extra_body": self.extra_body}

@@ -25,6 +25,7 @@ from ctxbench.batching import run_in_batches
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
+from ctxbench.part import neutral
 from ctxbench.tokens import eos_id
 
 log = logging.getLogger(__name__)
@@ -317,7 +318,7 @@ class FaithfulnessScorer(Scorer):
     title: ClassVar[str] = "Faithfulness"
     csv_std_label: ClassVar[str] = "Var"  # the reference stores the standard deviation under "Var"; kept for its readers
     steps: int = MAX_STEPS
-    batch_size: int = 4
+    batch_size: int = neutral(4)
     common_sets: list[str] = field(default_factory=list)
 
     def __post_init__(self):

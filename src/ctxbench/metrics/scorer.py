@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Iterable, Optional
 
 import numpy as np
+from ctxbench.part import Part
 
 VIEW_LABELS = {"seq": "Seq", "row": "Row", "rec": "Recursive"}
 
@@ -35,7 +36,7 @@ def mean_std(values: list[float]) -> tuple[Optional[float], Optional[float]]:
     return float(arr.mean()), float(arr.std())
 
 
-class Scorer(ABC):
+class Scorer(Part, ABC):
     """``name`` is the record field holding the per-view values and the summary key; the config key of the mode must be
     the same (``mode.<name>``). Subclasses are dataclasses whose fields are the mode's parameters."""
 

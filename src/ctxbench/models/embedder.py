@@ -42,6 +42,7 @@ from ctxbench.errors import ConfigError
 from ctxbench.locks import create_once
 from ctxbench.models.embedding_cache import (join_shards, load_cached, load_shard, remove_shards, save_cached,
                                              save_shard, shard_files, shard_rows)
+from ctxbench.part import Part, neutral
 from ctxbench.shards import Shard
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
 
 
 @dataclass
-class Embedder:
+class Embedder(Part):
     """Encode texts into one vector each (module doc). ``model``: a hub id, a local folder or ``pypkg:<package>``;
     ``device``: auto | cpu | cuda | cuda:N; ``use_fp16`` / ``use_bf16``: half precision on GPU (ignored on CPU);
     ``cache_dir``: where corpus embeddings are cached (None: no cache)."""
@@ -101,13 +102,13 @@ class Embedder:
     query_instruction_format: str = "{}{}"
     query_max_length: int = 256
     passage_max_length: int = 256
-    batch_size: int = 128
+    batch_size: int = neutral(128)
     use_fp16: bool = True
     use_bf16: bool = False
     device: str = "auto"
     truncate_dim: Optional[int] = None
     trust_remote_code: bool = False
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = neutral(None)
 
     cache_subdir: ClassVar[str] = "embeddings"
 
@@ -175,6 +176,11 @@ class Embedder:
                           "commit": None if is_local else commit}
         log.info("embedder %s loaded on %s (%s)", location, device, str(dtype).replace("torch.", ""))
         return self
+
+    def identity(self) -> dict[str, Any]:
+        """The model known without loading it: where it resolves to, and a local folder's files' fingerprint."""
+        location, local = resolve_model_path(self.model)
+        return {"location": location, "files": folder_fingerprint(location) if local else None}
 
     @property
     def tokenizer(self):

@@ -30,6 +30,7 @@ from typing import Any, Optional, Union
 
 from ctxbench.files import atomic_write_text
 from ctxbench.models.spec import ModelConfig
+from ctxbench.part import neutral
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +85,13 @@ class EndpointSettings:
 
     base_url: str = "https://api.openai.com/v1"
     model_name: str = "gpt-4o-mini"
-    api_key_env: Optional[str] = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_retries: int = 5
-    backoff_s: float = 1.0
-    max_backoff_s: float = 60.0
-    concurrency: int = 8
-    cache_dir: Optional[str] = None
+    api_key_env: Optional[str] = neutral("OPENAI_API_KEY")
+    timeout_s: float = neutral(120.0)
+    max_retries: int = neutral(5)
+    backoff_s: float = neutral(1.0)
+    max_backoff_s: float = neutral(60.0)
+    concurrency: int = neutral(8)
+    cache_dir: Optional[str] = neutral(None)
     extra_body: dict = field(default_factory=dict)
     prepend_reasoning: bool = True
 
@@ -118,9 +119,6 @@ class EndpointSettings:
                           timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
                           max_backoff_s=self.max_backoff_s, concurrency=self.concurrency, cache_dir=self.cache_dir,
                           extra_body=dict(self.extra_body), prepend_reasoning=self.prepend_reasoning)
-
-    def describe_endpoint(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "model_name": self.model_name, "api_key_env": self.api_key_env}
 
 
 class ChatClient:

@@ -18,6 +18,7 @@ import yaml
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
+from ctxbench.part import without_neutral
 from ctxbench.parts import build_all
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
@@ -26,7 +27,8 @@ from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
                                       stat_cell, summarize)
 
-# Keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics.
+# Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
+# (the parts' own such keys are declared neutral on their fields: ctxbench.part).
 IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume")
 RESULTS = "results.jsonl"
 
@@ -125,7 +127,7 @@ def label_variants(jobs: list[JobRun]) -> None:
     first: dict[str, dict] = {}
     for job in jobs:
         for method in list(job.summary["methods"]):
-            settings = flatten((job.config.get("attribution") or {}).get(method) or {})
+            settings = flatten(without_neutral((job.config.get("attribution") or {}).get(method) or {}))
             ref = first.setdefault(method, settings)
             diff = [f"{k}={settings.get(k)}" for k in sorted(set(ref) | set(settings)) if ref.get(k) != settings.get(k)]
             if diff:
@@ -221,7 +223,7 @@ def check_consistent(jobs: list[JobRun]) -> None:
     swept = swept_keys(jobs)
     # Datasets are the rows and methods the columns: they may always differ between runs.
     allowed = tuple(swept) + ("dataset", "attribution")
-    flat = [flatten(j.config) for j in jobs]
+    flat = [flatten(without_neutral(j.config)) for j in jobs]
     keys = set().union(*flat)
     bad = []
     for k in sorted(keys):

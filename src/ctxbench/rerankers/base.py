@@ -4,39 +4,31 @@ A reranker is a dataclass reached by ``_target_`` from ``conf/reranker/<name>.ya
 ``__post_init__`` refuses bad values with a ``ValueError`` naming the parameter. The retrieval mode scores the top
 ``rerank_top_k`` hits of each query with ``score`` and re-sorts them (docs/retrieval.md#rerankers).
 
-Rerankers that run the causal LM of the ``model`` group (``needs_model``) get it through ``bind(loaded_lm)``, as the
+Rerankers that run the causal LM of the ``model`` group (``needs_lm``) get it through ``use_lm(loaded_lm)``, as the
 generators do; the others load their own model on first use. ``name`` labels the report row and the search-results
-folder; ``settings()`` holds everything that changes scores, recorded beside the search results so a stale result made
-with other settings is refused rather than mixed in.
+folder; ``settings()`` (``ctxbench.part``: the fields that are not ``neutral`` plus ``identity()``, the model's files
+and dtype) is recorded beside the search results, so a stale result made with other settings is refused rather than
+mixed in.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
+from ctxbench.part import Part
 
 Pair = tuple[str, str]
 
 
-class Reranker(ABC):
+class Reranker(Part, ABC):
     """Subclasses are dataclasses (their fields are the parameters)."""
-
-    needs_model: ClassVar[bool] = False  # True: uses the `model` group's causal LM; the stage loads it and calls bind()
-
-    def bind(self, loaded_lm: Any) -> None:
-        """Receive the causal LM of the ``model`` group (a ``ctxbench.models.LoadedLM``); ignored unless
-        ``needs_model``."""
 
     @property
     @abstractmethod
     def name(self) -> str:
         """The report's "Reranker" column and the search-results folder name."""
-
-    @abstractmethod
-    def settings(self) -> dict[str, Any]:
-        """Everything that changes the scores (model identity, lengths, instructions, normalisation...), JSON-able."""
 
     @abstractmethod
     def score(self, pairs: Sequence[Pair]) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from ctxbench.models.embedder import PACKAGE_PREFIX, folder_fingerprint, resolve_model_path
+from ctxbench.part import neutral
 from ctxbench.rerankers.base import Pair, Reranker, check_format, check_pairs, check_positive, instruct
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class CrossEncoderReranker(Reranker):
     ``device``: auto | cpu | cuda | cuda:N."""
 
     model: str
-    batch_size: int = 128
+    batch_size: int = neutral(128)
     max_length: int = 512
     query_max_length: Optional[int] = None
     query_instruction_for_rerank: Optional[str] = None
@@ -42,11 +43,11 @@ class CrossEncoderReranker(Reranker):
     passage_instruction_for_rerank: Optional[str] = None
     passage_instruction_format_for_rerank: str = "{}{}"
     normalize: bool = False
-    use_fp16: bool = True
-    use_bf16: bool = False
-    device: str = "auto"
+    use_fp16: bool = neutral(True)  # the dtype they lead to is part of identity()
+    use_bf16: bool = neutral(False)
+    device: str = neutral("auto")
     revision: Optional[str] = None
-    trust_remote_code: bool = False
+    trust_remote_code: bool = neutral(False)
 
     kind: ClassVar[str] = "cross_encoder"
 
@@ -86,18 +87,13 @@ class CrossEncoderReranker(Reranker):
             dtype = torch.bfloat16 if self.use_bf16 else (torch.float16 if self.use_fp16 else torch.float32)
         return device, dtype
 
-    def settings(self) -> dict[str, Any]:
-        """Known without loading the model: a local folder by its files' fingerprint, a hub id by id and revision."""
+    def identity(self) -> dict[str, Any]:
+        """Known without loading the model: a local folder by its files' fingerprint (a hub id by its id and
+        ``revision``), the dtype it runs in, and the query length in effect."""
         location, is_local = resolve_model_path(self.model)
         _, dtype = self._device_and_dtype()
-        return {"reranker": self.kind, "model": self.model, "revision": self.revision,
-                "files": folder_fingerprint(location) if is_local else None,
-                "max_length": self.max_length, "query_max_length": self.effective_query_max_length,
-                "query_instruction": self.query_instruction_for_rerank,
-                "query_instruction_format": self.query_instruction_format_for_rerank,
-                "passage_instruction": self.passage_instruction_for_rerank,
-                "passage_instruction_format": self.passage_instruction_format_for_rerank,
-                "normalize": self.normalize, "dtype": str(dtype).replace("torch.", "")}
+        return {"files": folder_fingerprint(location) if is_local else None,
+                "dtype": str(dtype).replace("torch.", ""), "query_max_length": self.effective_query_max_length}
 
     def load(self) -> "CrossEncoderReranker":
         if self._model is not None:

@@ -22,7 +22,9 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ctxbench.errors import ConfigError
 from ctxbench.files import safe_filename
+from ctxbench.part import neutral
 from ctxbench.rerankers.base import Pair, Reranker, check_pairs, check_positive
 from ctxbench.tokens import eos_ids
 
@@ -95,12 +97,12 @@ class QueryLikelihoodReranker(Reranker):
     head); ``padding_side``: left | right (module doc)."""
 
     prompt: str = DEFAULT_PROMPT
-    batch_size: int = 16
+    batch_size: int = neutral(16)
     passage_max_length: int = 512
     query_max_length: int = 128
-    padding_side: str = "left"
+    padding_side: str = neutral("left")  # the attention mask and positions make both sides score alike
 
-    needs_model: ClassVar[bool] = True
+    needs_lm: ClassVar[bool] = True
     kind: ClassVar[str] = "query_likelihood"
 
     def __post_init__(self) -> None:
@@ -114,15 +116,15 @@ class QueryLikelihoodReranker(Reranker):
             raise ValueError(f"padding_side={self.padding_side!r}: expected left or right")
         self._lm = None
 
-    def bind(self, loaded_lm: Any) -> None:
+    def use_lm(self, loaded_lm: Any) -> None:
         if loaded_lm is None or not hasattr(loaded_lm, "model") or not hasattr(loaded_lm, "tokenizer"):
-            raise ValueError("reranker query_likelihood scores with the local causal LM: bind it a LoadedLM "
+            raise ConfigError("reranker query_likelihood scores with the local causal LM: hand it a LoadedLM "
                              f"(model.backend=hf), got {type(loaded_lm).__name__}")
         self._lm = loaded_lm
 
     def _require(self):
         if self._lm is None:
-            raise RuntimeError("reranker query_likelihood: no model bound (call bind(loaded_lm) first)")
+            raise RuntimeError("reranker query_likelihood: no model handed over (call use_lm(loaded_lm) first)")
         return self._lm
 
     @property
@@ -130,13 +132,12 @@ class QueryLikelihoodReranker(Reranker):
         """``query_likelihood-<model name>``, so runs with different LMs stay apart (needs the bound model)."""
         return f"{self.kind}-{safe_filename(self._require().config.name)}"
 
-    def settings(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any]:
+        """The handed-over model: its name, where it was loaded from and the dtype it runs in."""
         lm = self._require()
         cfg, src = lm.config, lm.source
-        dtype = str(next(lm.model.parameters()).dtype).replace("torch.", "")
-        return {"reranker": self.kind, "model": cfg.name, "path": cfg.path, "location": src.location,
-                "gguf_file": src.gguf_file, "revision": cfg.revision, "dtype": dtype, "prompt": self.prompt,
-                "passage_max_length": self.passage_max_length, "query_max_length": self.query_max_length}
+        return {"model": cfg.name, "path": cfg.path, "location": src.location, "gguf_file": src.gguf_file,
+                "revision": cfg.revision, "dtype": str(next(lm.model.parameters()).dtype).replace("torch.", "")}
 
     def token_rows(self, pairs: Sequence[Pair]) -> list[tuple[list[int], list[int]]]:
         """``(context ids, query ids)`` of each pair (module doc)."""

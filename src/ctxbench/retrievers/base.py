@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
+from ctxbench.part import Part
 
 Row = Mapping[str, Any]
 
@@ -91,11 +92,11 @@ def top_k(scores: np.ndarray, k: int, exclude: Optional[Iterable[int]] = None) -
 
 
 @dataclass(kw_only=True)
-class Retriever(ABC):
-    """Fit on a pool, then ``retrieve(queries, k)``. Subclasses are dataclasses whose fields are their parameters."""
+class Retriever(Part, ABC):
+    """Fit on a pool, then ``retrieve(queries, k)``. Subclasses are dataclasses whose fields are their parameters;
+    one that scores with the causal LM (mdl) sets ``needs_lm`` and gets it through ``use_lm``."""
 
     name: ClassVar[str] = ""
-    needs_lm: ClassVar[bool] = False  # scores with the causal LM (mdl): the stage hands it over with use_lm()
 
     def __post_init__(self) -> None:
         self._pool: Optional[list[Row]] = None
@@ -152,8 +153,8 @@ class Retriever(ABC):
         """How many examples a row gets when ``retrieve`` is called without ``k``."""
         return int(getattr(self, "ice_num", 0))
 
-    def use_lm(self, model, tokenizer, template=None) -> None:
-        """Hand over an already loaded causal LM (only retrievers with ``needs_lm`` use it)."""
+    def use_template(self, template) -> None:
+        """The prompt template the sampling stage renders with (only retrievers that score prompts, mdl, read it)."""
 
     # --- the pool ------------------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from ctxbench.models.spec import ModelConfig
+from ctxbench.part import neutral
 from ctxbench.prompts.icl import ICLTemplate, box_template
 from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores, row_id, row_rng
 from ctxbench.retrievers.dense import DenseRetriever
@@ -90,7 +91,7 @@ class MDLRetriever(DenseRetriever):
     label_field: str = "answer"
     template: Optional[ICLTemplate] = None
     lm: Optional[ModelConfig] = None
-    batch_size: int = 8
+    batch_size: int = neutral(8)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -114,10 +115,12 @@ class MDLRetriever(DenseRetriever):
         self._model: Any = None
         self._tokenizer: Any = None
 
-    def use_lm(self, model, tokenizer, template: Optional[ICLTemplate] = None) -> None:
-        self._model, self._tokenizer = model, tokenizer
-        if template is not None:
-            self.template = template
+    def use_lm(self, loaded_lm: Any) -> None:
+        if loaded_lm is not None:  # an endpoint model: mdl loads ``lm`` itself
+            self._model, self._tokenizer = loaded_lm.model, loaded_lm.tokenizer
+
+    def use_template(self, template: ICLTemplate) -> None:
+        self.template = template
 
     def _lm(self):
         if self._model is None:

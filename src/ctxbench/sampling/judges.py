@@ -1,7 +1,7 @@
 """Judges (the ``judge`` config group): does the boxed answer match the reference answer? (docs/sampling.md#judges)
 
 One interface, ``Judge.judge(items) -> verdicts`` (one per item, in order); a judge that runs the local model receives it
-through ``bind(loaded_lm)``. Options:
+through ``use_lm(loaded_lm)``. Options:
 
 - ``rule`` (offline default, ``RuleJudge``): normalised exact match or containment of the normalised reference in the
   answer, token-wise, numbers compared by value;
@@ -16,7 +16,7 @@ import math
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Optional
 
@@ -24,6 +24,7 @@ from ctxbench.errors import ConfigError
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.models.openai_client import ChatError, EndpointSettings
 from ctxbench.models.spec import ModelConfig
+from ctxbench.part import Part, neutral
 from ctxbench.sampling.prompts import judge_messages, parse_judge_response
 
 
@@ -44,23 +45,14 @@ class Verdict:
     error: Optional[str] = None
 
 
-class Judge(ABC):
+class Judge(Part, ABC):
+    """Subclasses are dataclasses (their fields are the parameters) with a ``name``."""
+
     name: ClassVar[str] = ""
-
-    @property
-    def needs_model(self) -> bool:
-        """Judges with the `model` group's local model (the stage then loads and binds it)."""
-        return False
-
-    def bind(self, loaded_lm: Any) -> None:
-        """Receive the model of the ``model`` group (None for an endpoint model); only ``model`` uses it."""
 
     @abstractmethod
     def judge(self, items: list[JudgeItem]) -> list[Verdict]:
         """One Verdict per item, in order."""
-
-    def describe(self) -> dict[str, Any]:
-        return {"judge": self.name, **(asdict(self) if is_dataclass(self) else {})}
 
 
 # --- rule -----------------------------------------------------------------------------------------------------------
@@ -155,8 +147,8 @@ class RuleJudge(Judge):
 class ModelJudge(Judge):
     """The spec's judge prompts on a local causal LM, greedy, ``max_new_tokens`` tokens, ``batch_size`` at a time.
 
-    ``path`` null (default): the model of the ``model`` group, bound by the stage (``bind``). Otherwise the judge loads
-    a model of its own on first use, ``path`` (hub id, folder, ``.gguf`` file or ``pypkg:<package>``) with ``gguf_file``,
+    ``path`` null (default): the model of the ``model`` group, handed over by the stage (``use_lm``). Otherwise the
+    judge loads a model of its own on first use, ``path`` (hub id, folder, ``.gguf`` file or ``pypkg:<package>``) with ``gguf_file``,
     ``revision``, ``dtype``, ``device``, ``device_map``, ``trust_remote_code`` as in the ``model`` group, and ``cache_dir``
     as the model cache. ``enable_thinking``: passed to chat templates that read it (Qwen3); False keeps the reply short.
     (Flat keys rather than a nested model config: a null nested structured node cannot be overridden from the command
@@ -170,9 +162,9 @@ class ModelJudge(Judge):
     device: str = "auto"
     device_map: Optional[str] = None
     trust_remote_code: bool = False
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = neutral(None)
     max_new_tokens: int = 8
-    batch_size: int = 8
+    batch_size: int = neutral(8)
     enable_thinking: Optional[bool] = False
 
     def __post_init__(self):
@@ -187,7 +179,7 @@ class ModelJudge(Judge):
         self._bound = False
 
     @property
-    def needs_model(self) -> bool:
+    def needs_lm(self) -> bool:  # type: ignore[override]
         return self.path is None
 
     def model_config(self) -> Optional[ModelConfig]:
@@ -198,7 +190,7 @@ class ModelJudge(Judge):
                            dtype=self.dtype, device=self.device, device_map=self.device_map,
                            trust_remote_code=self.trust_remote_code)
 
-    def bind(self, loaded_lm: Any) -> None:
+    def use_lm(self, loaded_lm: Any) -> None:
         """Use the model of the ``model`` group (when ``path`` is null); with none (an endpoint model) that is a
         ConfigError, raised here, before any generation."""
         if self.path is not None:
@@ -206,18 +198,18 @@ class ModelJudge(Judge):
         if loaded_lm is None:
             raise ConfigError("judge: judge=model with judge.path=null judges with the local model of the `model` "
                               "group, and there is none (model.backend is not hf); set judge.path or use judge=openai")
-        self._gen.bind(loaded_lm)
+        self._gen.use_lm(loaded_lm)
         self._bound = True
 
     def _ensure_model(self) -> None:
         if self._bound:
             return
         if self.path is None:
-            raise RuntimeError("judge model: no model bound and no judge.path (bind the local model of the `model` "
-                               "group, or set judge.path)")
+            raise RuntimeError("judge model: no model handed over and no judge.path (use_lm the local model of the "
+                               "`model` group, or set judge.path)")
         from ctxbench.models import load_causal_lm
 
-        self._gen.bind(load_causal_lm(self.model_config(), cache_dir=self.cache_dir))
+        self._gen.use_lm(load_causal_lm(self.model_config(), cache_dir=self.cache_dir))
         self._bound = True
 
     def judge(self, items: list[JudgeItem]) -> list[Verdict]:
@@ -262,6 +254,3 @@ class OpenAIJudge(EndpointSettings, Judge):
                 out.append(Verdict(parse_judge_response(res.text), res.text))
         return out
 
-    def describe(self) -> dict[str, Any]:
-        return {"judge": self.name, **self.describe_endpoint(), "max_tokens": self.max_tokens,
-                "temperature": self.temperature}

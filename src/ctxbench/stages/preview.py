@@ -67,9 +67,10 @@ def preview_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if local and retriever.needs_lm:
         loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir)
         tokenizer = loaded.tokenizer
-        retriever.use_lm(loaded.model, loaded.tokenizer, template)
+        retriever.use_lm(loaded)
     elif local:
         tokenizer = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
+    retriever.use_template(template)
     pool = load_pool(cfg.pool)
     _, examples = dataset.load(paths, tokenizer, cfg.n, use_cache=False)
     try:

@@ -31,7 +31,7 @@ from ctxbench.retrieval.metrics import evaluate, parse_metric_key
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.retrieval.report import write_job_report
 from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, encode_shard, load_results, rerank,
-                                       results_path, retriever_label, retriever_settings, save_results, search)
+                                       results_path, retriever_label, save_results, search)
 from ctxbench.retrievers.base import Retriever
 from ctxbench.shards import Shard
 from ctxbench.stages.common import stage_paths
@@ -108,7 +108,7 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
         raise ConfigError(f"dataset: {type(dataset).__name__} is neither retrieval data nor an attribution dataset")
     splits = load_splits(dataset, cfg, paths)
     model_name = retriever_label(retriever)
-    r_settings = retriever_settings(retriever)
+    r_settings = retriever.settings()
     accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, build_manifest(
         to_plain(cfg), stage="run_exp", root=paths.root,
@@ -124,14 +124,13 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
                  "(the same command without shard.*) joins the shards", shard.index, shard.count,
                  ", ".join(f"{c}: {n}" for c, n in encoded.items()))
         return {"shard": [shard.index, shard.count], "encoded": encoded}
-    if (reranker is not None and reranker.needs_model) or retriever.needs_lm:
+    users = [p for p in (retriever, reranker) if p is not None and p.needs_lm]
+    if users:
         from ctxbench.models import load_causal_lm
 
         loaded = load_causal_lm(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir)
-        if reranker is not None and reranker.needs_model:
-            reranker.bind(loaded)
-        if retriever.needs_lm:
-            retriever.use_lm(loaded.model, loaded.tokenizer)
+        for part in users:
+            part.use_lm(loaded)
     root = Path(mode.output_dir) if mode.output_dir else output_dir / "search_results"
     entries, timings = [], {}
     for split in splits:

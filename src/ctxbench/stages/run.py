@@ -27,6 +27,7 @@ from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
+from ctxbench.part import without_neutral
 from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
@@ -52,12 +53,12 @@ def build_scorers(cfg: DictConfig) -> dict[str, Scorer]:
 
 
 def config_fingerprint(cfg: DictConfig, method: str) -> str:
-    """What makes one method's results on one dataset comparable: data, model, the method's settings, modes, format."""
+    """What makes one method's results on one dataset comparable: data, model, the method's settings, modes, format;
+    the parts' neutral fields (``ctxbench.part``: batching, chunking, caching) are left out."""
     plain = to_plain(cfg)
     key = {k: plain[k] for k in ("dataset", "model", "mode", "prompt_format", "views", "seed")}
     key["attribution"] = plain["attribution"][method]
-    key["dataset"] = {k: v for k, v in key["dataset"].items() if k not in ("num_samples", "generate_missing",
-                                                                          "use_cache")}
+    key = without_neutral(key)
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -46,12 +46,12 @@ def cache_path(cfg: DictConfig, dataset_name: str) -> Path:
 
 
 def settings_record(cfg: DictConfig, source_sha: str, pool_path: Path, parts: dict[str, Any]) -> dict[str, Any]:
-    """What changes the generations: a cache made under other settings is never appended to."""
+    """What changes the generations: a cache made under other settings is never appended to. ``parts``: the
+    generator's, judge's and retriever's ``settings()`` (their neutral fields, such as batch sizes, left out)."""
     plain = to_plain(cfg)
     model = {k: v for k, v in plain["model"].items() if k not in ("api_key_env", "timeout_s")}
     return {"dataset": {**plain["dataset"], "sha256": source_sha}, "length": plain["length"], "model": model,
-            "retriever": plain["retriever"], "template": plain["template"],
-            "pool_sha256": file_fingerprint(pool_path), **parts}
+            "template": plain["template"], "pool_sha256": file_fingerprint(pool_path), **parts}
 
 
 def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever: Retriever, pool: list[dict],
@@ -124,7 +124,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     local = model_cfg.backend == "hf"
     # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
     # when a part runs it.
-    needs_lm = local and (generator.needs_model or judge.needs_model or retriever.needs_lm)
+    needs_lm = local and any(part.needs_lm for part in (generator, judge, retriever))
     # a dry run loads no model: the tokenizer alone (below) reads the rows
     loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm and not cfg.dry_run else None
     tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
@@ -157,7 +157,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         retriever.fit(pool)
     except ValueError as exc:
         raise ConfigError(f"retriever: {exc}") from exc
-    parts = {"generator": generator.describe(), "judge": to_plain(cfg.judge)}
+    parts = {"generator": generator.settings(), "judge": judge.settings(), "retriever": retriever.settings()}
     settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path, parts)
     path = shard.path(cache)
     check_config(path, settings, record_new=False)  # a cache of other settings is refused before the folder changes
@@ -165,13 +165,10 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if cfg.dry_run:
         log.info("dry run: %d rows, pool of %d, parts built; nothing generated", len(examples), len(pool))
         return {"dry_run": True, "examples": len(examples)}
-    if loaded is not None:
-        generator.bind(loaded)
-        judge.bind(loaded)
-        if retriever.needs_lm:
-            retriever.use_lm(loaded.model, loaded.tokenizer, template)
-    else:
-        judge.bind(None)
+    for part in (generator, judge, retriever):
+        if part.needs_lm:
+            part.use_lm(loaded)  # None: an endpoint model, which a part that must run it locally refuses
+    retriever.use_template(template)
     rows = shard.select(examples)
     with SampleCache(path, settings) as store:
         on_interrupt(lambda: f"{sum(store.processed(e.example_id) for e in rows)} of {len(rows)} rows processed, "
