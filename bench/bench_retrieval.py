@@ -104,7 +104,7 @@ def main() -> None:
 
 def rerank_figures(job: Path, args) -> None:
     from ctxbench.datasets.base import Paths
-    from ctxbench.datasets.beir import WikiDemo
+    from ctxbench.retrieval.beir import WikiDemo
     from ctxbench.models import ModelConfig, load_causal_lm
     from ctxbench.rerankers.query_likelihood import QueryLikelihoodReranker
     from ctxbench.retrieval.search import rerank

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ctxbench.sampling.boxed import (EMPTY_BOX, EMPTY_GENERATION, EMPTY_THINKING, NO_BOX, REJECTION_REASONS,
+from ctxbench.boxed import (EMPTY_BOX, EMPTY_GENERATION, EMPTY_THINKING, NO_BOX, REJECTION_REASONS,
                                      TEXT_AFTER_BOX, UNBALANCED_BRACES, BoxedSplit, Rejection, split_boxed_generation)
 
 

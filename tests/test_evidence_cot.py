@@ -12,7 +12,7 @@ from ctxbench.example import CachedExample
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.generators.evidence_cot import EvidenceCoTGenerator, answer_sentence
 from ctxbench.sampling.attach import attach_spans
-from ctxbench.sampling.boxed import split_boxed_generation
+from ctxbench.boxed import split_boxed_generation
 from ctxbench.sampling.judges import JudgeItem, RuleJudge
 
 FAMILIES = ["niah_single_1", "niah_multikey_2", "niah_mq_q2", "niah_mv_v2", "vt_h2_c3", "hotpotqa_long"]

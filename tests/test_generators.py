@@ -19,7 +19,7 @@ from ctxbench.generators.openai import OpenAIGenerator
 from ctxbench.generators.replay import ReplayGenerator
 from ctxbench.models.openai_client import ChatClient, ChatError
 from ctxbench.parts import build
-from ctxbench.sampling.boxed import split_boxed_generation
+from ctxbench.boxed import split_boxed_generation
 from ctxbench.tokens import eos_ids
 
 from conftest import ROOT

@@ -22,7 +22,7 @@ from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_ta
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.stats import StatsSettings, bootstrap_ci
 from ctxbench.reporting.tables import compare, markdown_summary, summarize
-from ctxbench.stages.run import write_reports
+from ctxbench.reporting.tables import write_job_summary
 
 VIEWS = ["seq", "row"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
@@ -101,7 +101,7 @@ def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, methods=
     (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
     (job / ".hydra" / "overrides.yaml").write_text(
         "".join(f"- {o}\n" for o in (f"dataset={config['dataset']['name']}", *overrides)))
-    write_reports(job, list(methods), SCORERS, views, title="t", stats=STATS, **write_kw)
+    write_job_summary(job, list(methods), SCORERS, views, title="t", stats=STATS, **write_kw)
     return job
 
 

@@ -10,7 +10,8 @@ from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import RESULTS, find_jobs, swept_keys, table1, write_table1
-from ctxbench.reporting.plots import deletion_curve_plots, heatmap_html
+from ctxbench.metrics.faithfulness import deletion_curve_plots
+from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.tables import example_seconds, markdown_summary, summarize, write_mode_csvs
 
 VIEWS = ["seq", "row", "rec"]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxbench.datasets.base import Paths
-from ctxbench.datasets.beir import RetrievalFolder
+from ctxbench.retrieval.beir import RetrievalFolder
 from ctxbench.datasets.ruler import ruler_example
 from ctxbench.errors import DataError, ExampleRefused
 from ctxbench.retrieval.context import context_split

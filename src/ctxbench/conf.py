@@ -17,6 +17,7 @@ from omegaconf import MISSING
 from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
 from ctxbench.prompts.icl import ICLTemplate, box_template
+from ctxbench.reporting.run_outputs import RunOutputs
 from ctxbench.reporting.stats import StatsSettings
 
 
@@ -66,8 +67,8 @@ class SampleConfig(PromptConfig):
 
 
 @dataclass
-class RunConfig(DataConfig):
-    """Stage 2: what to attribute and score."""
+class RunConfig(RunOutputs, DataConfig):
+    """Stage 2: what to attribute and score (and, from ``RunOutputs``: views, heatmaps, html, save_traces, stats)."""
 
     attribution: Dict[str, Any] = field(default_factory=dict)
     mode: Dict[str, Any] = field(default_factory=dict)
@@ -75,13 +76,7 @@ class RunConfig(DataConfig):
     reranker: Any = None  # a Reranker part: mode=retrieval rescores the top hits with it (null: NoReranker)
     max_examples: Optional[int] = None
     prompt_format: str = "table1"  # table1 | bare
-    views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
-    heatmaps: int = 0  # heat maps of the first N examples: heatmaps/<method>/<example>.html and in report.html
-    html: bool = True  # write report.html (docs/report.md): tables, figures and the heat maps, in one file
-    save_traces: bool = False  # write per-example hop vectors as .npz under traces/<method>/
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
-    # intervals and paired comparisons of summary.json/summary.md (docs/metrics.md#statistics); run.yaml: seed=${seed}
-    stats: StatsSettings = field(default_factory=StatsSettings)
     shard: ShardConfig = field(default_factory=ShardConfig)  # docs/scale-out.md: this job attributes one slice
     merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
     dry_run: bool = False
@@ -144,9 +139,18 @@ def register_configs(conf_dir: str | Path = CONF_DIR) -> None:
     cs.store(name="report_schema", node=ReportConfig)
     cs.store(name="preview_schema", node=PreviewConfig)
     register_part_schemas(conf_dir)
-    from ctxbench.stages.jobdir import register_resolvers
+    from ctxbench.run_dirs import register_resolvers
 
     register_resolvers()  # hydra.run.dir / hydra.sweep.dir (conf/hydra/default.yaml)
+
+
+def stage_config(cfg: Any, schema: type) -> Any:
+    """A stage's settings as its dataclass (``schema``), read once where the stage starts. Keys the config leaves out
+    take the dataclass's defaults, the one place they are written: a hand-made config (a test, a library call) gets
+    the defaults the command line gets. For configs without part nodes (``ReportConfig``)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
 
 
 def to_plain(cfg: Any) -> Any:

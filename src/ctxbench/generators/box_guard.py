@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from ctxbench.sampling.boxed import find_boxes
+from ctxbench.boxed import find_boxes
 
 OPENING = "\n\\box{"
 CLOSING = "}"

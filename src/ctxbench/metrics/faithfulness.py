@@ -8,6 +8,9 @@ is run once, several per forward pass, and views with the same blocks share thei
 deleted) and the last one (every rankable token deleted) are common to all views, and the scorer keeps the scores of
 the example's inputs for the next method it scores on the same example (the step-0 input is common to all methods,
 the last one to all methods with the same rankable tokens): up to 2 of each method's 21 inputs after the first.
+
+The mode's figure (``deletion_curve_plots``, written by ``write_plots``): the mean normalised deletion curve per view and
+method.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from ctxbench.attribution.base import stop_mask
 from ctxbench.batching import run_in_batches
-from ctxbench.metrics.scorer import Metric, Scorer
+from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
 from ctxbench.part import neutral
@@ -383,6 +387,50 @@ class FaithfulnessScorer(Scorer):
         return out
 
     def write_plots(self, records, views, output_dir):
-        from ctxbench.reporting.plots import deletion_curve_plots
-
         return deletion_curve_plots(records, views, output_dir, field=self.name)
+
+
+# --- the mode's figure -----------------------------------------------------------------------------------------------
+
+GRID = np.linspace(0.0, 1.0, 21)
+
+
+def _on_grid(curve: Sequence[float]) -> np.ndarray:
+    """A normalised deletion curve (K + 1 points, K = min(20, P)) resampled on 21 fractions of deleted blocks."""
+    n = normalized_curve(np.asarray(curve, dtype=np.float64))
+    return np.interp(GRID, np.linspace(0.0, 1.0, len(n)), n)
+
+
+def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path,
+                         field: str = "faithfulness") -> list[Path]:
+    """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks
+    (the ``curve`` of each view in the records' ``field``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves: dict[str, dict[str, list[np.ndarray]]] = {v: {} for v in views}
+    for r in records:
+        for v, f in (r.get(field) or {}).items():
+            if v in curves and f.get("curve"):
+                curves[v].setdefault(r["method"], []).append(_on_grid(f["curve"]))
+    written = []
+    for v in views:
+        if not curves[v]:
+            continue
+        fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+        for method, cs in sorted(curves[v].items()):
+            ax.plot(GRID, np.mean(cs, axis=0), marker="o", markersize=2.5, label=f"{method} (n={len(cs)})")
+        ax.set_xlabel("fraction of deletion steps (most attributed first)")
+        ax.set_ylabel("normalised log p(target)")
+        ax.set_title(f"Deletion curve, {VIEW_LABELS[v]} view (lower area = more faithful)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = Path(output_dir) / f"deletion_curve_{v}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

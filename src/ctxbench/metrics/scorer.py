@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Iterable, Optional
 
 import numpy as np
+
+from ctxbench.errors import ConfigError
 from ctxbench.part import Part
+from ctxbench.parts import build_all
 
 VIEW_LABELS = {"seq": "Seq", "row": "Row", "rec": "Recursive"}
 
@@ -118,3 +121,13 @@ class Scorer(Part, ABC):
 
 def _fmt(x: Optional[float]) -> str:
     return "" if x is None else repr(float(x))
+
+
+def build_scorers(nodes) -> dict[str, "Scorer"]:
+    """The ``mode`` group's scorers, keyed as in the config; a scorer files its results under its ``name``, so the
+    key must be that name."""
+    scorers = build_all(nodes, "mode", Scorer)
+    for key, sc in scorers.items():
+        if sc.name != key:
+            raise ConfigError(f"mode.{key}: the scorer writes its results under {sc.name!r}; name the mode {sc.name}")
+    return scorers

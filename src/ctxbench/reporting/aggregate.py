@@ -17,20 +17,20 @@ import yaml
 
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
-from ctxbench.metrics.scorer import Scorer
+from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
-from ctxbench.parts import build_all
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
+from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
                                         source_markdown, source_rows)
 from ctxbench.reporting.stats import StatsSettings
+from ctxbench.results import RESULTS, is_attribution_job, jobs_below
 from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
                                       stat_cell, summarize)
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
 # (the parts' own such keys are declared neutral on their fields: ctxbench.part).
 IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume")
-RESULTS = "results.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,7 @@ class JobRun:
 
     def scorers(self) -> dict[str, Scorer]:
         """The job's scorers, rebuilt from its recorded config: they read its records as the run did."""
-        return build_all(self.config["mode"], "mode", Scorer) if self.config.get("mode") else {}
-
-
-def is_attribution_job(manifest: dict) -> bool:
-    """A run_exp job that attributes (``mode=retrieval`` jobs are run_exp jobs too, with retrieval data)."""
-    return manifest.get("stage") == "run_exp" and manifest.get("dataset", {}).get("kind") != "retrieval"
+        return build_scorers(self.config["mode"]) if self.config.get("mode") else {}
 
 
 def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinished: bool = False) -> list[JobRun]:
@@ -93,21 +88,16 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
     with the same scorer are resolved by ``resolve_repeats``."""
     jobs, left_out = [], []
     for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise DataError("no such run or multirun folder", file=p)
-        dirs = [p] if (p / "manifest.json").exists() else sorted(d.parent for d in p.rglob("manifest.json"))
         found = []
-        for d in dirs:
-            manifest = json.loads((d / "manifest.json").read_text())
+        for job, manifest in jobs_below([p]):
             if not is_attribution_job(manifest) or manifest["config"].get("shard", {}).get("count", 1) > 1:
                 continue  # other stages and retrieval; shards are merged into a run of their own before the report
-            if (d / "summary.json").exists():
-                found.append(_job(d, manifest, json.loads((d / "summary.json").read_text())))
+            if job.summary.exists():
+                found.append(_job(job.dir, manifest, job.read_summary()))
             elif not unfinished:
-                left_out.append(d)
-            elif (d / RESULTS).exists():
-                found.append(_job(d, manifest, None))
+                left_out.append(job.dir)
+            elif job.results.exists():
+                found.append(_job(job.dir, manifest, None))
         if not found:
             hint = "; its unfinished jobs are reported with unfinished=true" if left_out and not unfinished else ""
             raise DataError(f"no finished run_exp job (summary.json) in it{hint}", file=p)
@@ -148,8 +138,8 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
         # the job may be writing its next line: only complete lines count
         records = [r for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
         job.lines = records
-        job.summary = run_summary(records, job.scorers(), list(config.get("views", ["seq"])),
-                                  StatsSettings(**config.get("stats", {})))
+        job.summary = run_summary(records, job.scorers(), list(run_setting(config, "views")),
+                                  run_setting(config, "stats"))
         by_example: dict[str, set] = {}
         for r in records:
             by_example.setdefault(r["example_id"], set()).add(r["method"])

@@ -28,12 +28,25 @@ def _settings(cache: Path) -> dict:
     return obj.get("settings", obj)
 
 
+def _generator_name(settings: dict[str, Any]) -> Optional[str]:
+    """The ``name`` of the generator class the record's ``generator.settings()`` names (its class path when that
+    class cannot be imported here)."""
+    target = (settings.get("generator") or {}).get("_target_")
+    if not target:
+        return None
+    try:
+        from hydra.utils import get_class
+
+        return get_class(target).name
+    except Exception:
+        return target
+
+
 def _cache_entry(task: str, path: Path) -> dict[str, Any]:
     """A sampled cache's funnel (``sampling.cache.funnel``), the generator that wrote its targets and the model's
     accuracy (judged correct over generated)."""
     counts = funnel(path)
-    gen = (_settings(path).get("generator") or {}).get("generator")
-    return {"funnel": counts, "generator": gen,
+    return {"funnel": counts, "generator": _generator_name(_settings(path)),
             "accuracy": counts["judged_correct"] / counts["generated"] if counts["generated"] else None}
 
 

@@ -8,12 +8,15 @@ A result record (one line of ``results.jsonl``) holds, for one example and one a
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import VIEW_LABELS, Scorer, mean_std
 from ctxbench.reporting.stats import StatsSettings, bootstrap_ci, compare_methods
+from ctxbench.results import JobFiles
 
 
 def by_method(records: Iterable[dict[str, Any]]) -> dict[str, list[dict]]:
@@ -188,3 +191,22 @@ def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[s
                          f"{s['avg_attribution_s']:.2f} | {s.get('avg_total_s', s['avg_attribution_s']):.2f} |")
         lines.append("")
     return "\n".join(lines + markdown_comparisons(list(comparisons), descriptions, views, level))
+
+
+def write_job_summary(output_dir: Path, methods: list[str], scorers: dict[str, Scorer], views: list[str], *,
+                      title: str, refused: Iterable[str] = (), stats: Optional[StatsSettings] = None) -> dict:
+    """A run_exp job's summary from its ``results.jsonl``: ``summary.json``, ``summary.md`` (printed), each mode's
+    CSVs and plots; returns the per-method summary."""
+    stats = stats or StatsSettings()
+    job = JobFiles(Path(output_dir))
+    records = [r for _, r in iter_jsonl(job.results) if r["method"] in methods] if job.results.exists() else []
+    full = run_summary(records, scorers, views, stats, list(refused))
+    job.summary.write_text(json.dumps(full, indent=2) + "\n")
+    summary = full["methods"]
+    write_mode_csvs(output_dir, summary, scorers, views)
+    md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
+    job.summary_md.write_text(md + "\n", encoding="utf-8")
+    for scorer in scorers.values():
+        scorer.write_plots(records, views, output_dir)
+    print(md)
+    return summary

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ctxbench.errors import ConfigError
-from ctxbench.reporting.aggregate import is_attribution_job
+from ctxbench.results import is_attribution_job, job_dirs
 from ctxbench.retrieval.metrics import parse_metric_key
 
 RESULTS_JSON = "retrieval.json"
@@ -91,9 +91,7 @@ def find_retrieval_jobs(paths: Iterable[str | Path]) -> list[Path]:
 
 def has_attribution_jobs(path: str | Path) -> bool:
     """Whether an attribution job (finished or not) is at or below ``path``."""
-    p = Path(path)
-    manifests = [p / "manifest.json"] if (p / "manifest.json").is_file() else p.rglob("manifest.json")
-    return any(is_attribution_job(json.loads(m.read_text(encoding="utf-8"))) for m in manifests)
+    return any(is_attribution_job(job.read_manifest()) for job in job_dirs(path, must_exist=False))
 
 
 def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:

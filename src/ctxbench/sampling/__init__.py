@@ -2,7 +2,7 @@
 and span attachment (a judged-correct generation becomes a CachedExample)."""
 
 from ctxbench.sampling.attach import attach_spans, build_target
-from ctxbench.sampling.boxed import REJECTION_REASONS, BoxedSplit, Rejection, split_boxed_generation
+from ctxbench.boxed import REJECTION_REASONS, BoxedSplit, Rejection, split_boxed_generation
 from ctxbench.sampling.judges import Judge, JudgeItem, ModelJudge, OpenAIJudge, RuleJudge, Verdict, normalize_answer
 from ctxbench.sampling.prompts import (GENERATION_SYSTEM_PROMPT, JUDGE_SYSTEM_PROMPT, judge_messages,
                                        parse_judge_response)

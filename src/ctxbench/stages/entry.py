@@ -69,9 +69,9 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
         module, _, function = stage.partition(":")
         return run_entry(getattr(importlib.import_module(module), function), cfg)
 
-    from ctxbench.stages import jobdir
+    from ctxbench import run_dirs
 
-    jobdir.exit_on_error = True  # a bad resume= (resolved by Hydra, outside the task) is one line and exit code 2
+    run_dirs.exit_on_error = True  # a bad resume= (resolved by Hydra, outside the task) is one line and exit code 2
     hydra_main = hydra.main(version_base="1.3", config_path=str(conf_dir), config_name=config_name)(task)
 
     def main():

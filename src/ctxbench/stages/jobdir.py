@@ -9,7 +9,7 @@ opened. A run refused before that leaves the folder byte for byte as it was; a f
 empty, is removed. A stage that ends without calling ``accept()`` is accepted when it returns.
 
 ``resume`` (``null | latest | <dir>``, conf/run.yaml and conf/sample.yaml) picks the run or sweep folder: the
-``ctxbench.job_dir`` resolver of ``hydra.run.dir`` / ``hydra.sweep.dir`` returns a new timestamped folder, the newest
+``ctxbench.job_dir`` resolver of ``hydra.run.dir`` / ``hydra.sweep.dir`` (``ctxbench.run_dirs``) returns a new timestamped folder, the newest
 folder beside it (``latest``: the same stage, and for a single run the same dataset; by name, which is the start
 time), or the given folder, which must exist. A Ctrl-C ends with one line: what was kept and the command that resumes.
 """
@@ -17,23 +17,18 @@ time), or the given folder, which must exist. A Ctrl-C ends with one line: what 
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from ctxbench.errors import ConfigError
 
 HYDRA_SUBDIR = ".hydra"
 EXIT_INTERRUPTED = 130
 
 _current: Optional["JobDir"] = None
-# set by the command-line entry: a resolver error (raised while Hydra resolves hydra.run.dir, outside the task) then
-# ends as one line and exit code 2, like every other user error
-exit_on_error = False
 
 
 class DeferredFileHandler(logging.FileHandler):
@@ -187,56 +182,3 @@ def resume_command(folder: str) -> str:
     if not any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in args):
         args.append("resume=" + hydra_value(shown(folder)))
     return shlex.join([shown(sys.executable), shown(sys.argv[0]), *args])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Resolvers of conf/hydra/default.yaml
-
-
-def _fail(message: str) -> None:
-    if exit_on_error and os.environ.get("HYDRA_FULL_ERROR") != "1":
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    raise ConfigError(message)
-
-
-def job_dir(resume: Any, fresh: str) -> str:
-    """``hydra.run.dir`` / ``hydra.sweep.dir``: ``fresh`` (a new timestamped folder) unless ``resume`` names one."""
-    if resume is None or str(resume) == "":
-        return fresh
-    resume = str(resume)
-    if resume == "latest":
-        parent = Path(fresh).parent
-        found = sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
-        if not found:
-            _fail(f"resume=latest: no earlier run in {parent}/ to resume (resume=<folder> names one)")
-        return str(parent / found[-1])
-    if not Path(resume).is_dir():
-        _fail(f"resume={resume}: no such run folder")
-    return resume
-
-
-def run_group(dataset: Any, merge: Any) -> str:
-    """The dataset segment of a single run's folder: the dataset's name; for ``run_exp merge=[dirs]`` the dataset of
-    the merged shards (``merged`` when they name none, or several)."""
-    from omegaconf import OmegaConf
-
-    if not (OmegaConf.is_list(merge) or isinstance(merge, (list, tuple))) or not merge:
-        return str(dataset)  # sample_and_filter's merge=true joins shards of the dataset named
-    import json
-
-    names = set()
-    try:
-        for d in map(Path, merge):
-            for m in [d / "manifest.json"] if (d / "manifest.json").exists() else d.rglob("manifest.json"):
-                names.add((json.loads(m.read_text(encoding="utf-8")).get("dataset") or {}).get("name"))
-    except (OSError, ValueError, TypeError):
-        return "merged"
-    return names.pop() if len(names) == 1 and None not in names else "merged"
-
-
-def register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("ctxbench.job_dir", job_dir, replace=True)
-    OmegaConf.register_new_resolver("ctxbench.run_group", run_group, replace=True)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from ctxbench.errors import ConfigError
 from ctxbench.files import atomic_write_text
 from ctxbench.parts import build
-from ctxbench.prompts.few_shot import few_shot_prompts
+from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import example_rows, load_pool

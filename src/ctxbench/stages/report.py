@@ -9,15 +9,15 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from ctxbench.conf import ReportConfig, stage_config
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
 from ctxbench.reporting.protocol import variants_markdown
 
 from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
-from ctxbench.reporting.stats import StatsSettings
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 from ctxbench.stages.jobdir import accept as accept_job
 from ctxbench.stages.run_shards import merged_shard_runs
@@ -49,45 +49,41 @@ def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
 
 
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    rc: ReportConfig = stage_config(cfg, ReportConfig)
     out = {}
-    if cfg.get("variants"):
+    if rc.variants:
         accept_job()  # before each first write into the job folder (ctxbench.stages.jobdir)
-        path = write_variants(list(cfg.variants), output_dir)
+        path = write_variants(rc.variants, output_dir)
         print(path.read_text())
         out["variants"] = str(path)
-    if not cfg.runs and cfg.get("samples"):
+    if not rc.runs and rc.samples:
         # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
         accept_job()
-        md_path, _, md = write_table1([], output_dir, caption=cfg.get("caption"),
-                                      min_examples=cfg.get("min_examples", 0), samples=list(cfg.samples))
+        md_path, _, md = write_table1([], output_dir, caption=rc.caption, min_examples=rc.min_examples,
+                                      samples=rc.samples)
         print(md)
         return {**out, "markdown": str(md_path)}
-    if not cfg.runs:
+    if not rc.runs:
         if out:
             return out
         raise ConfigError("runs: name the run_exp run or multirun folders to report (or variants=[report dirs])")
     # Shards of a sharded run_exp are merged first (under output_dir/merged_shards/), then read like any run.
-    plain, merged = merged_shard_runs(list(cfg.runs), Path(output_dir))
+    plain, merged = merged_shard_runs(rc.runs, Path(output_dir))
     runs = plain + [str(m) for m in merged]
     retrieval = find_retrieval_jobs(runs)
     attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
-    jobs = find_jobs(attribution_runs, cfg.get("prefer_later", False), cfg.get("unfinished", False)) \
-        if attribution_runs else []
-    view = table_view(jobs, cfg.get("view")) if jobs else (cfg.get("view") or "seq")
+    jobs = find_jobs(attribution_runs, rc.prefer_later, rc.unfinished) if attribution_runs else []
+    view = table_view(jobs, rc.view) if jobs else (rc.view or "seq")
     if jobs:
-        stats = StatsSettings(**OmegaConf.to_container(cfg.stats)) if "stats" in cfg else StatsSettings()
-        table = table1(jobs, view, stats)
+        table = table1(jobs, view, rc.stats)
         accept_job()
-        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=stats, paper=cfg.get("paper", False),
-                                             table=table, caption=cfg.get("caption"),
-                                             min_examples=cfg.get("min_examples", 0),
-                                             samples=list(cfg.get("samples") or []))
+        md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=rc.stats, paper=rc.paper, table=table,
+                                             caption=rc.caption, min_examples=rc.min_examples, samples=rc.samples)
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
-        if cfg.get("html", False):  # a hand-made config (tests, library callers) may leave the page out
-            out["html"] = str(write_report_html(jobs, table, output_dir, cfg.heatmaps, cfg.get("caption"),
-                                                cfg.get("min_examples", 0)))
+        if rc.html:
+            out["html"] = str(write_report_html(jobs, table, output_dir, rc.heatmaps, rc.caption, rc.min_examples))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
         accept_job()

@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -23,8 +22,8 @@ from ctxbench.conf import to_plain
 from ctxbench.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
 from ctxbench.files import safe_filename
-from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
-from ctxbench.metrics.scorer import Scorer
+from ctxbench.jsonl import AppendOnlyJsonl
+from ctxbench.metrics.scorer import build_scorers
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.part import without_neutral
@@ -32,25 +31,15 @@ from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
-from ctxbench.reporting.stats import StatsSettings, method_pairs
-from ctxbench.reporting.tables import markdown_summary, run_summary, write_mode_csvs
+from ctxbench.reporting.stats import method_pairs
+from ctxbench.reporting.tables import write_job_summary
+from ctxbench.results import RESULTS
 from ctxbench.shards import Shard
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 from ctxbench.stages.run_shards import write_shard_record
 
 log = logging.getLogger(__name__)
-
-RESULTS = "results.jsonl"
-
-
-def build_scorers(cfg: DictConfig) -> dict[str, Scorer]:
-    scorers = build_all(cfg.mode, "mode", Scorer)
-    for key, sc in scorers.items():
-        if sc.name != key:
-            raise ConfigError(f"mode.{key}: the scorer writes its results under {sc.name!r}; name the mode {sc.name}")
-    return scorers
-
 
 def config_fingerprint(cfg: DictConfig, method: str) -> str:
     """What makes one method's results on one dataset comparable: data, model, the method's settings, modes, format;
@@ -100,7 +89,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
     methods = build_all(cfg.attribution, "attribution", Attributor)
-    scorers = build_scorers(cfg)
+    scorers = build_scorers(cfg.mode)
     stats = OmegaConf.to_object(cfg.stats)
     method_pairs(list(methods), stats.baseline)  # a baseline that is not a method fails before any work
     try:
@@ -191,7 +180,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                  len(examples))
         return {"shard": [shard.index, shard.count], "examples": len(examples)}
     title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
-    summary = write_reports(output_dir, list(methods), scorers, list(views), title=title, refused=refused, stats=stats)
+    summary = write_job_summary(output_dir, list(methods), scorers, list(views), title=title, refused=refused, stats=stats)
     if cfg.html:
         write_run_html(output_dir, title, cfg.heatmaps)
     return summary
@@ -233,18 +222,3 @@ def _write_heatmap(output_dir: Path, decoded, prepared, result, method: str, vie
     path.write_text(page, encoding="utf-8")
 
 
-def write_reports(output_dir: Path, methods: list[str], scorers: dict[str, Scorer], views: list[str], *, title: str,
-                  refused: list[str] = (), stats: Optional[StatsSettings] = None) -> dict:
-    stats = stats or StatsSettings()
-    records = [r for _, r in iter_jsonl(output_dir / RESULTS) if r["method"] in methods] \
-        if (output_dir / RESULTS).exists() else []
-    full = run_summary(records, scorers, views, stats, refused)
-    (output_dir / "summary.json").write_text(json.dumps(full, indent=2) + "\n")
-    summary = full["methods"]
-    write_mode_csvs(output_dir, summary, scorers, views)
-    md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
-    (output_dir / "summary.md").write_text(md + "\n", encoding="utf-8")
-    for scorer in scorers.values():
-        scorer.write_plots(records, views, output_dir)
-    print(md)
-    return summary

@@ -22,21 +22,23 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.manifest import write_manifest
+from ctxbench.metrics.scorer import build_scorers
+from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.stats import StatsSettings
+from ctxbench.reporting.tables import write_job_summary
+from ctxbench.results import MANIFEST, RESULTS, SHARD, jobs_below
 from ctxbench.shards import interleave
 from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)
 
-SHARD_FILE = "shard.json"
-MANIFEST = "manifest.json"
 COPIED_DIRS = ("heatmaps", "heatmap_data")  # one file per example: shards never write the same file
 
 
 def write_shard_record(output_dir: Path, index: int, count: int, n_examples: int, example_ids: list[str],
                        refused_ids: list[str], refused: list[str]) -> Path:
     """Written last by a shard job: its presence says the shard finished."""
-    return atomic_write_text(output_dir / SHARD_FILE, json.dumps({
+    return atomic_write_text(output_dir / SHARD, json.dumps({
         "index": index, "count": count, "n_examples": n_examples, "example_ids": example_ids,
         "refused_ids": refused_ids, "refused": refused}, indent=1) + "\n")
 
@@ -50,15 +52,11 @@ def run_config(manifest: dict) -> dict:
 def find_shard_dirs(paths: Iterable[str | Path]) -> list[Path]:
     """Shard job dirs at or below ``paths``: finished ones (``shard.json``) and unfinished ones (a sharded manifest)."""
     found: list[Path] = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise DataError("no such run or multirun folder", file=p)
-        for m in sorted(p.rglob(MANIFEST)) if not (p / MANIFEST).exists() else [p / MANIFEST]:
-            manifest = json.loads(m.read_text(encoding="utf-8"))
-            shard = manifest.get("config", {}).get("shard") or {}
-            retrieval = (manifest.get("dataset") or {}).get("kind") == "retrieval"  # its shards join in the cache
-            if manifest.get("stage") == "run_exp" and shard.get("count", 1) > 1 and not retrieval:
-                found.append(m.parent)
+    for job, manifest in jobs_below(paths):
+        shard = manifest.get("config", {}).get("shard") or {}
+        retrieval = (manifest.get("dataset") or {}).get("kind") == "retrieval"  # its shards join in the cache
+        if manifest.get("stage") == "run_exp" and shard.get("count", 1) > 1 and not retrieval:
+            found.append(job.dir)
     return found
 
 
@@ -74,7 +72,6 @@ def group_shard_dirs(dirs: list[Path]) -> list[list[Path]]:
 def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional[StatsSettings] = None) -> dict:
     """Join the shards of one run (module doc) into ``output_dir``; returns the summary as ``run_stage`` does."""
     from ctxbench.reporting.html import write_run_html
-    from ctxbench.stages.run import RESULTS, build_scorers, write_reports
 
     output_dir = Path(output_dir)
     if not shard_dirs:
@@ -93,15 +90,15 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
             keys = sorted(k for k in set(config) | set(other) if config.get(k) != other.get(k))
             raise DataError(f"run under another configuration than {first} (differs in {', '.join(keys)})",
                             file=d / MANIFEST)
-        if not (d / SHARD_FILE).exists():
+        if not (d / SHARD).exists():
             raise DataError(f"shard {manifests[d]['config']['shard']['index']} of {count} is unfinished (no "
-                            f"{SHARD_FILE}); rerun it in the same dir", file=d)
-        rec = json.loads((d / SHARD_FILE).read_text(encoding="utf-8"))
+                            f"{SHARD}); rerun it in the same dir", file=d)
+        rec = json.loads((d / SHARD).read_text(encoding="utf-8"))
         if rec["count"] != count:
-            raise DataError(f"shard of {rec['count']}, the others of {count}", file=d / SHARD_FILE)
+            raise DataError(f"shard of {rec['count']}, the others of {count}", file=d / SHARD)
         if rec["index"] in records_by_shard:
             raise DataError(f"shard {rec['index']} of {count} twice: {records_by_shard[rec['index']]} and {d}",
-                            file=d / SHARD_FILE)
+                            file=d / SHARD)
         records_by_shard[rec["index"]] = d
         slices[rec["index"]] = rec["example_ids"]
         refused_ids |= set(rec["refused_ids"])
@@ -138,13 +135,13 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
     manifest["merged_from"] = [str(d) for _, d in sorted(records_by_shard.items())]
     write_manifest(output_dir, manifest)
     cfg = OmegaConf.create(config)
-    scorers = build_scorers(cfg)
-    views = list(config["views"])
-    stats = stats or StatsSettings(**config.get("stats", {}))
+    scorers = build_scorers(cfg.mode)
+    views = list(run_setting(config, "views"))
+    stats = stats or run_setting(config, "stats")
     title = f"run_exp: {manifest['dataset']['name']}, {config['model']['name']}, {n_examples} examples"
-    summary = write_reports(output_dir, methods, scorers, views, title=title, refused=refused, stats=stats)
-    if config.get("html", True):
-        write_run_html(output_dir, title, config.get("heatmaps", 0))
+    summary = write_job_summary(output_dir, methods, scorers, views, title=title, refused=refused, stats=stats)
+    if run_setting(config, "html"):
+        write_run_html(output_dir, title, run_setting(config, "heatmaps"))
     log.info("merged %d shards (%d examples) into %s", count, n_examples, output_dir)
     return summary
 
@@ -173,8 +170,7 @@ def merged_shard_runs(runs: list[str | Path], output_dir: Path) -> tuple[list[st
         return [str(r) for r in runs], []
     shard_set = set(shard_dirs)
     plain = [str(r) for r in runs
-             if any(m.parent not in shard_set and json.loads(m.read_text()).get("stage") == "run_exp"
-                    for m in ([Path(r) / MANIFEST] if (Path(r) / MANIFEST).exists() else Path(r).rglob(MANIFEST)))]
+             if any(job.dir not in shard_set and manifest.get("stage") == "run_exp" for job, manifest in jobs_below([r]))]
     merged = []
     for group in group_shard_dirs(shard_dirs):
         name = safe_filename(f"{group[0].parent.name}_{group[0].name}")

@@ -26,12 +26,12 @@ from ctxbench.generators.base import GenerationRequest, Generator
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.parts import build
-from ctxbench.prompts.few_shot import few_shot_prompts
+from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.pool import default_pool_path, example_rows, load_pool
 from ctxbench.sampling.attach import attach_spans
-from ctxbench.sampling.boxed import split_boxed_generation
+from ctxbench.boxed import split_boxed_generation
 from ctxbench.sampling.cache import SampleCache, check_config, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
 from ctxbench.shards import Shard
