@@ -237,15 +237,15 @@ def test_conservation_on_tiny_models(family, monkeypatch):
 def test_conservation_fails_with_wrong_attention_shares(monkeypatch):
     """The ledger notices a wrong rule: with q and k at 1/2 (the uniform rule applied to Q K^T only) relevance is
     no longer conserved."""
-    from ctxbench.attribution import lrp_rules
+    from ctxbench.attribution.families import LlamaLikeAdapter
 
-    real = lrp_rules._layer_modules
+    real = LlamaLikeAdapter.lrp_plan
 
     def wrong(ad, li):
         linears, act, prod = real(ad, li)
         return [(m, 0.5 if s == 0.25 else s) for m, s in linears], act, prod
 
-    monkeypatch.setattr(lrp_rules, "_layer_modules", wrong)
+    monkeypatch.setattr(LlamaLikeAdapter, "lrp_plan", wrong)
     model = tiny_model("llama").double()
     ctx, lp, led = _lrp_pass(model, make_input(T=20, gen_start=9), 0.0, monkeypatch)
     led.clear_grads()

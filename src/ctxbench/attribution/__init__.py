@@ -12,7 +12,8 @@ from ctxbench.attribution import views
 from ctxbench.attribution.attnlrp import AttnLRPAttributor, FTAttnLRPAttributor
 from ctxbench.attribution.baselines import (AttentionAttributor, InputXGradientAttributor,
                                             IntegratedGradientsAttributor, RandomAttributor)
-from ctxbench.attribution.capture import Capture, UnsupportedModelError, adapter_for, capture
+from ctxbench.attribution.capture import Capture, capture
+from ctxbench.attribution.families import UnsupportedModelError, adapter_for
 from ctxbench.attribution.context_cite import ContextCiteAttributor
 from ctxbench.attribution.ifr import (AllPositionsIFRAttributor, IFRConfig, SpanIFRAttributor, per_token_ifr,
                                       reconstruct_x_mid, span_ifr)

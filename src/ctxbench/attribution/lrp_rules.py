@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Union
 import torch
 from torch import nn
 
-from ctxbench.attribution.capture import GPT2Adapter, UnsupportedModelError, adapter_for
+from ctxbench.attribution.families import UnsupportedModelError, adapter_for
 
 Scale = Union[float, torch.Tensor]
 
@@ -136,23 +136,6 @@ def _is_norm(module: nn.Module) -> bool:
     return isinstance(module, nn.LayerNorm) or type(module).__name__.endswith("Norm")
 
 
-def _layer_modules(ad, li: int):
-    """(linear module, uniform-rule share of its output) pairs, the activation module and, for gated MLPs, the
-    module whose input is the gate product."""
-    layer = ad.layers()[li]
-    attn, mlp = ad.attn(li), getattr(layer, "mlp", None)
-    if isinstance(ad, GPT2Adapter):
-        d = ad.d_model
-        share = torch.cat([torch.full((2 * d,), 0.25), torch.full((d,), 0.5)])  # c_attn's columns are q | k | v
-        return [(attn.c_attn, share), (attn.c_proj, 1.0), (mlp.c_fc, 1.0), (mlp.c_proj, 1.0)], mlp.act, None
-    if mlp is None or not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")):
-        raise UnsupportedModelError(f"{type(layer).__name__}: AttnLRP needs a gated MLP with gate_proj, up_proj, "
-                                    "down_proj and act_fn")
-    linears = [(attn.q_proj, 0.25), (attn.k_proj, 0.25), (attn.v_proj, 0.5), (attn.o_proj, 1.0),
-               (mlp.gate_proj, 1.0), (mlp.up_proj, 1.0), (mlp.down_proj, 1.0)]
-    return linears, mlp.act_fn, mlp.down_proj
-
-
 @contextlib.contextmanager
 def attnlrp_rules(model, epsilon: float = 0.0) -> Iterator[LRPInput]:
     """Hooks that record the AttnLRP rules in the autograd graph of every forward pass run inside the block; the
@@ -162,7 +145,7 @@ def attnlrp_rules(model, epsilon: float = 0.0) -> Iterator[LRPInput]:
     ``UnsupportedModelError`` before a pass runs."""
     ad = adapter_for(model)
     probe = LRPInput()
-    plan = [_layer_modules(ad, li) for li in range(ad.n_layers)]
+    plan = [ad.lrp_plan(li) for li in range(ad.n_layers)]
     norms = [m for m in model.base_model.modules() if _is_norm(m)]
     for m in norms:
         if not _known_norm(m):

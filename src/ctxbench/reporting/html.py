@@ -24,6 +24,7 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import VIEW_LABELS
 from ctxbench.reporting.aggregate import table1_rows, task_n, unfinished_note
 from ctxbench.reporting.tables import direction, metric_header
+from ctxbench.results import JobFiles
 
 DATA_DIR = "heatmap_data"
 PAGE = "report.html"
@@ -64,7 +65,7 @@ def read_examples(job_dir: str | Path, limit: int) -> list[dict[str, Any]]:
     d = Path(job_dir) / DATA_DIR
     if limit <= 0 or not d.is_dir():
         return []
-    results = Path(job_dir) / "results.jsonl"
+    results = JobFiles(Path(job_dir)).results
     order = list(dict.fromkeys(r["example_id"] for _, r in iter_jsonl(results))) if results.exists() else []
     rank = {safe_filename(e): i for i, e in enumerate(order)}
     files = sorted(d.glob("*.json"), key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
@@ -374,7 +375,7 @@ def job_body(job_dir: Path, summary: dict[str, Any], examples: int, prefix: str)
 def write_run_html(job_dir: str | Path, title: str, examples: int) -> Path:
     """``<job_dir>/report.html`` from the job's summary.json, figures and heat-map data."""
     job_dir = Path(job_dir)
-    summary = json.loads((job_dir / "summary.json").read_text(encoding="utf-8"))
+    summary = JobFiles(job_dir).read_summary()
     body, data = job_body(job_dir, summary, examples, "")
     return atomic_write_text(job_dir / PAGE, page(title, legend() + body, data))
 
