@@ -2,8 +2,8 @@
 (2 jobs) and with a local Ray cluster (2 workers), as ratios to serial, and each launcher's overhead per job.
 
 Overhead per job = (wall x parallel jobs - sum of the jobs' own durations) / jobs, where a job's duration runs from
-Hydra writing its ``.hydra/config.yaml`` to run_exp writing its ``summary.json``: what is left is process start, imports,
-the launcher's scheduling and its waiting for the slowest job. The data is generated before the timed sweeps.
+Hydra writing its ``.hydra/config.yaml`` to run_exp writing its ``summary.json``: what is left is process start,
+imports, the launcher's scheduling and its waiting for the slowest job. The data is generated before the timed sweeps.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_launchers.py [--examples 1] [--views seq]
 """

@@ -78,7 +78,8 @@ def main(argv=None) -> int:
             tot_tok += tok_s
             print(f"{task:<16}{len(rows) / gen:>10.1f}{gen:>8.2f}{tok_s:>8.2f}{gen / tok_s:>7.2f}"
                   f"{calls / len(rows):>13.2f}{min(lengths):>8}{statistics.mean(lengths):>7.0f}"
-                  f"{statistics.median(lengths):>7.0f}{max(lengths):>6}{sum(f >= 0.95 for f in frac) / len(frac):>7.0%}")
+                  f"{statistics.median(lengths):>7.0f}{max(lengths):>6}"
+                  f"{sum(f >= 0.95 for f in frac) / len(frac):>7.0%}")
     n = len(fractions)
     print(f"{'TOTAL':<16}{n / tot_gen:>10.1f}{tot_gen:>8.2f}{tot_tok:>8.2f}{tot_gen / tot_tok:>7.2f}")
     q = statistics.quantiles(fractions, n=20)

@@ -23,7 +23,7 @@ def fam(request):
     return request.param, tiny_model(request.param)
 
 
-# --- brute force, straight from the formula of docs/attribution.md ("Per-token IFR"), float64 -------------------------------------------------------------------
+# --- brute force, straight from the formula of docs/attribution.md ("Per-token IFR"), float64 -------------------------
 
 def _norm64(mod, x, family):
     w = mod.weight.detach().double()
@@ -145,7 +145,8 @@ def test_recomputed_attention_equals_stored(fam):
     torch.testing.assert_close(span_ifr(a, rows), span_ifr(b, rows), atol=1e-5, rtol=1e-5)
     for method in ("ifr_multi_hop", "ifr_multi_hop_both"):
         ra = make(method, recompute_attention=False).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
-        rb = make(method, recompute_attention=True, forward_attn_impl=None).attribute(model, FakeTokenizer(), mi, (3, 4), (0, 2))
+        rb = make(method, recompute_attention=True, forward_attn_impl=None).attribute(model, FakeTokenizer(), mi,
+                                                                                      (3, 4), (0, 2))
         np.testing.assert_allclose(ra.matrix, rb.matrix, atol=1e-5, equal_nan=True)
 
 

@@ -1,5 +1,6 @@
-"""Caches made elsewhere: rows in the FlashTrace reference's exp/exp2/data format (spans in its own Qwen3 tokenizer, no id,
-no span_tokenizer) load for any model, with spans redone from the boxed answer's characters and ids from positions."""
+"""Caches made elsewhere: rows in the FlashTrace reference's exp/exp2/data format (spans in its own Qwen3 tokenizer, no
+id, no span_tokenizer) load for any model, with spans redone from the boxed answer's characters and ids from positions.
+"""
 
 import json
 import os

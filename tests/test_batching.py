@@ -46,7 +46,8 @@ class TinyLM(torch.nn.Module):
     def __init__(self, vocab=11, dim=5, limit=2):
         super().__init__()
         torch.manual_seed(0)
-        self.emb, self.out, self.limit, self.sizes = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab), limit, []
+        self.emb, self.out = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab)
+        self.limit, self.sizes = limit, []
 
     def forward(self, input_ids):
         self.sizes.append(input_ids.shape[0])

@@ -1,15 +1,15 @@
 """Captum as a second implementation: integrated_gradients and input_x_gradient (baselines.py) against Captum's
-LayerIntegratedGradients (on the embedding layer, EOS-token baseline) and InputXGradient (on the input embeddings), on the
-same tiny models and inputs, reduced the same way (sum over the embedding dimension) for every generated token.
+LayerIntegratedGradients (on the embedding layer, EOS-token baseline) and InputXGradient (on the input embeddings), on
+the same tiny models and inputs, reduced the same way (sum over the embedding dimension) for every generated token.
 
 Captum's "riemann_trapezoid" uses the points alpha_k = k / (n - 1) as we do but step weights 1 / n (halved at both
-ends), which sum to (n - 1) / n; our weights are 1 / (n - 1) (halved at both ends), the trapezoid rule proper, which sums
-to 1. So ours = Captum's x n / (n - 1), exactly, and the test says so.
+ends), which sum to (n - 1) / n; our weights are 1 / (n - 1) (halved at both ends), the trapezoid rule proper, which
+sums to 1. So ours = Captum's x n / (n - 1), exactly, and the test says so.
 
 Tolerance: both sides compute the same float32 gradients, differing only in how the points are batched and the order of
-the sums (float32 rounding, about 1e-7 relative). Measured: IG differs by at most 2e-7 of the largest attribution, input x
-gradient by 0. 1e-5 of the largest attribution leaves a 50x margin and still catches any wrong point, weight, baseline or
-position (each changes entries by 1e-2 relative or more; leaving out the n / (n - 1) factor is a 5% error).
+the sums (float32 rounding, about 1e-7 relative). Measured: IG differs by at most 2e-7 of the largest attribution, input
+x gradient by 0. 1e-5 of the largest attribution leaves a 50x margin and still catches any wrong point, weight, baseline
+or position (each changes entries by 1e-2 relative or more; leaving out the n / (n - 1) factor is a 5% error).
 """
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""context_cite: the LASSO against its optimality conditions and a closed form, recovery of an exact sparse linear target
-(end to end through a model whose log-probabilities are that function), per-example seeding, and a tiny Llama."""
+"""context_cite: the LASSO against its optimality conditions and a closed form, recovery of an exact sparse linear
+target (end to end through a model whose log-probabilities are that function), per-example seeding, and a tiny Llama."""
 
 import numpy as np
 import pytest

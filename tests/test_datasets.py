@@ -1,4 +1,5 @@
-"""Dataset loaders (MoreHopQA, RULER JSONL), sentence segmentation and name resolution, on real and hand-written data."""
+"""Dataset loaders (MoreHopQA, RULER JSONL), sentence segmentation and name resolution, on real and hand-written
+data."""
 
 import json
 
@@ -25,8 +26,8 @@ def test_morehopqa_sample(morehopqa_path):
     assert row.metadata["answer"] == row.metadata["reference_answer"] == "2"
     assert row.metadata["original_context"][0][0] == "Spy Hunter"
     # Sentences inside a paragraph are concatenated as written (they carry their own leading space).
-    assert ex[0].prompt.startswith("Maroon 5 is an American pop rock band that originated in Los Angeles, California. It "
-                                   "currently consists")
+    assert ex[0].prompt.startswith("Maroon 5 is an American pop rock band that originated in Los Angeles, "
+                                   "California. It currently consists")
     assert len({e.example_id for e in ex}) == 150
 
 
@@ -46,7 +47,8 @@ def test_morehopqa_bad_input(tmp_path, content, text):
 
 
 def test_sentence_spans_are_exact_and_line_aware():
-    text = "The grass is green. The sky is blue.\nOne of the special magic numbers for k is: 1234567.\n\nDr. Who went home. "
+    text = ("The grass is green. The sky is blue.\nOne of the special magic numbers for k is: 1234567.\n\n"
+            "Dr. Who went home. ")
     spans = split_sentences(text)
     assert [text[s:e] for s, e in spans] == [
         "The grass is green.", "The sky is blue.", "One of the special magic numbers for k is: 1234567.",

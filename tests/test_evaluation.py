@@ -82,7 +82,8 @@ def test_spans_recomputed_for_another_tokenizer(smol_tokenizer):
                             metadata={"id": "s", "boxed_answer": "The answer is 7."})
     sink, think, origin = example_spans(sampled, tok)
     ids = tok(sampled.target, add_special_tokens=False)["input_ids"]
-    assert tok.decode(ids[sink[0]:sink[1] + 1]).strip() == "The answer is 7." and think is None and origin == "recomputed"
+    assert tok.decode(ids[sink[0]:sink[1] + 1]).strip() == "The answer is 7."
+    assert think is None and origin == "recomputed"
 
 
 def test_refusals(smol_tokenizer):

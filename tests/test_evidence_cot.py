@@ -49,7 +49,8 @@ def test_spans_are_exact_on_every_ruler_family(task, rows_by_task, smol_tokenize
         s, e = kept.sink_span
         # sink = exactly the answer sentence's tokens (it starts after the line break: a token boundary)
         start = len(split.thinking) + 1
-        assert enc["offset_mapping"][s][0] <= start < enc["offset_mapping"][s][1] or enc["offset_mapping"][s][0] == start
+        first = enc["offset_mapping"][s]
+        assert first[0] <= start < first[1] or first[0] == start
         assert enc["offset_mapping"][e][1] == len(kept.target) and e == len(enc["input_ids"]) - 1
         assert smol_tokenizer.decode(enc["input_ids"][s:e + 1]).strip() == split.answer
         assert kept.thinking_span == [0, s - 1] and kept.indices_to_explain == [s, e]

@@ -16,7 +16,7 @@ def row(i=0, **over):
 
 
 def write_lines(path, lines):
-    path.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def test_roundtrip(tmp_path):
@@ -62,7 +62,8 @@ def test_span_out_of_range_with_tokenizer(tmp_path):
     p = tmp_path / "c.jsonl"
     write_lines(p, [json.dumps(row(0, target="a b c", sink_span=[1, 2], indices_to_explain=[1, 2])),
                     json.dumps(row(1, target="a b c", sink_span=[2, 3], indices_to_explain=[1, 2]))])
-    with pytest.raises(DataError, match=r"c.jsonl:2: field 'sink_span': span \[2, 3\] lies outside the target's 3 tokens"):
+    with pytest.raises(DataError,
+                       match=r"c.jsonl:2: field 'sink_span': span \[2, 3\] lies outside the target's 3 tokens"):
         list(read_examples(p, tokenizer=WordTok()))
     assert len(list(read_examples(p))) == 2  # without a tokenizer the count is unknown: not checked
 

@@ -26,7 +26,8 @@ def sweep(tmp_path, name: str, launcher: list[str]) -> dict:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "exp/exp2/run_exp.py"), "-m", *SWEEP, *launcher, f"hydra.sweep.dir={out}",
          f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-         f"paths.samples_dir={tmp_path / 'samples'}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+         f"paths.samples_dir={tmp_path / 'samples'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     jobs = {}
     for results in sorted(out.glob("*/results.jsonl")):

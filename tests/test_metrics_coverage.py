@@ -16,7 +16,8 @@ def test_token_assignment_and_masses():
     # s0 = 1 + 2 = 3; s1 = 0.5 + 0.5 + 1 = 2; s2 = 1 - 4 = -3; outside = t2 = 1
     assert masses.tolist() == [3.0, 2.0, -3.0]
     assert rest == 1.0
-    # A tie in overlap goes to the earlier sentence: [8, 12) shares 2 characters with s0 ([8,10)) and 1 with s1 ([11,12)).
+    # A tie in overlap goes to the earlier sentence: [8, 12) shares 2 characters with s0 ([8,10)) and 1 with s1
+    # ([11,12)).
     assert token_sentences([(9, 11), (8, 12)], [(0, 10), (10, 20)]).tolist() == [0, 0]
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ctxbench.metrics.faithfulness import (FaithfulnessScorer, auc, block_sizes, curve_metrics, deletion_schedule,
-                                           deletion_scores, density_curve, faithfulness_for_views, mas, normalized_curve,
-                                           rise, rise_ap)
+                                           deletion_scores, density_curve, faithfulness_for_views, mas,
+                                           normalized_curve, rise, rise_ap)
 from ctxbench.prompts.formats import ModelInput
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ OFFSETS[22] = (66, 66)
 
 def test_gold_tokens_from_spans():
     # [21, 23) is token 7 exactly; [31, 32) is inside token 10 = [30, 32); [64, 70) overlaps token 21 = [63, 65) and
-    # token 23 = [69, 71) but not the zero-width token 22; the empty span [45, 45) matches nothing (token 15 = [45, 47)).
+    # token 23 = [69, 71) but not the zero-width token 22; the empty span [45, 45) matches nothing (token 15 = [45,
+    # 47)).
     spans = [(21, 23), (31, 32), (64, 70), (45, 45)]
     assert gold_token_indices(OFFSETS, spans) == [7, 10, 21, 23]
     # The same spans given in coordinates one character to the left, shifted back by +1.

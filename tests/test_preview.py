@@ -48,8 +48,8 @@ def test_preview_records_on_morehopqa(morehopqa_path):
 
 def _cfg(*overrides):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="preview", overrides=[f"paths.root={Path.cwd()}", f"paths.model_cache_dir={CACHE_DIR}",
-                                                         *overrides])
+        return compose(config_name="preview",
+                       overrides=[f"paths.root={Path.cwd()}", f"paths.model_cache_dir={CACHE_DIR}", *overrides])
 
 
 def test_preview_config_composes_with_every_retriever():

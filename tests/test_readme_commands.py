@@ -182,7 +182,8 @@ def _newest_sweep(work: Path) -> str:
 # placeholder -> its value in the working directory, from the earlier steps
 SUBSTITUTIONS: dict[str, Callable[[Path], str]] = {
     "<time>": _newest_sweep,  # the sweep an earlier command of the README made (the report reads it)
-    "/path/to/any_ruler.jsonl": lambda w: str(w / "data" / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl"),
+    "/path/to/any_ruler.jsonl":
+        lambda w: str(w / "data" / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl"),
     "[output=rows.jsonl]": lambda w: "output=rows.jsonl",  # the optional part, taken
 }
 
@@ -217,7 +218,8 @@ def test_every_readme_command_has_a_plan():
 
 
 def test_parser():
-    text = ("x `.venv/bin/python a.py k=1` and `run_exp k=2`\n```bash\n# c\n.venv/bin/python b.py \\\n    k=3   # note\n"
+    text = ("x `.venv/bin/python a.py k=1` and `run_exp k=2`\n```bash\n# c\n.venv/bin/python b.py \\\n"
+            "    k=3   # note\n"
             "bash s.sh && python c.py\necho no\n```\n```\n.venv/bin/python output.py\n```\n")
     assert readme_commands(text) == [(1, ".venv/bin/python a.py k=1"), (4, ".venv/bin/python b.py k=3"),
                                      (6, "bash s.sh"), (6, "python c.py")]

@@ -69,7 +69,8 @@ def test_reference_csv_layout(tmp_path):
     assert rec["Examples Used"] == "2" and rec["Examples Skipped"] == "1"
     md = markdown_summary(s, DESCRIPTIONS, VIEWS, "t")
     assert "## Faithfulness (lower is better)" in md and "## Recovery (higher is better)" in md
-    assert "| Seq Recall@10% | Row Recall@10% | Recursive Recall@10% | scored | attribution s/example | total s/example |" in md
+    assert ("| Seq Recall@10% | Row Recall@10% | Recursive Recall@10% | scored | attribution s/example "
+            "| total s/example |") in md
     assert "| ifr | 0.200 ± 0.082 |" in md
     assert "| random | 0.250 ± 0.000 | 0.250 ± 0.000 | 0.250 ± 0.000 | 1/1 | 0.50 |" in md
     assert "| ifr | 0.500 ± 0.500 | 0.500 ± 0.000 | 0.500 ± 0.500 | 2/3 | 2.00 |" in md
@@ -146,7 +147,8 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     assert methods == ["ifr_multi_hop_both"] and cell["runs_n"] == {3}
     assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
     md = write_table1(find_jobs([f, r]), tmp_path / "out")[2]
-    assert "| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    assert ("| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
+            "| 0.500 ± 0.500 |") in md
     # a recovery run that scored fewer examples: the task's N says both counts, not the larger alone
     short = make_job(tmp_path, "short", "niah_mq_q2", ["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"],
                      ["ifr_multi_hop_both"], modes=["recovery"])
@@ -174,7 +176,8 @@ def test_report_takes_a_repeated_scorer_from_the_later_run_when_asked(tmp_path):
     (r / "summary.json").write_text(json.dumps(summary))
     (f / RESULTS).write_text("".join(json.dumps(dict(rec, method="ifr_multi_hop_both")) + "\n"
                                      for rec in RECORDS if rec["method"] == "ifr"))
-    with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\).*prefer_later"):
+    with pytest.raises(ValueError,
+                       match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\).*prefer_later"):
         find_jobs([f, r])
     jobs = find_jobs([f, r], prefer_later=True)
     cells = table1(jobs)[3]
@@ -193,7 +196,9 @@ def test_report_takes_a_repeated_scorer_from_the_later_run_when_asked(tmp_path):
 
 
 def test_coverage_summary_and_csv(tmp_path):
-    cov = lambda x: {v: {"within": x, "above_half": 1.0, "above_mean": x / 2} for v in VIEWS}
+    def cov(x):
+        return {v: {"within": x, "above_half": 1.0, "above_mean": x / 2} for v in VIEWS}
+
     recs = [{"example_id": "a", "method": "m", "attribution_s": 1.0, "coverage": cov(1.0)},
             {"example_id": "b", "method": "m", "attribution_s": 1.0, "coverage": cov(0.0)},
             {"example_id": "c", "method": "m", "attribution_s": 1.0, "coverage": None}]
@@ -224,8 +229,9 @@ def test_report_cli_writes_table1(tmp_path):
         in out.stdout
     assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()
     # a wrong runs entry: one line naming it, exit code 2, no traceback
-    bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"), f"runs=[{root},{tmp_path / 'nope'}]",
-                          f"hydra.run.dir={tmp_path / 'report2'}"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"),
+                          f"runs=[{root},{tmp_path / 'nope'}]", f"hydra.run.dir={tmp_path / 'report2'}"],
+                         capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == f"error: {tmp_path / 'nope'}: no such run or multirun folder"
 

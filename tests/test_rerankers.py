@@ -1,6 +1,6 @@
-"""Rerankers: the cross-encoder against direct per-pair forward passes of a tiny sequence classifier, the query-likelihood
-reranker against a hand loop of per-token log-probabilities on a tiny Llama, and (slow) SmolLM2 ranking real Wikipedia
-summaries."""
+"""Rerankers: the cross-encoder against direct per-pair forward passes of a tiny sequence classifier, the
+query-likelihood reranker against a hand loop of per-token log-probabilities on a tiny Llama, and (slow) SmolLM2 ranking
+real Wikipedia summaries."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ PAIRS = [("what is the capital of france?", "Paris is the capital and largest ci
 
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory):
-    """A randomly initialised one-label BERT classifier saved with MiniLM's real tokenizer (from its offline package)."""
+    """A randomly initialised one-label BERT classifier saved with MiniLM's real tokenizer (from its offline
+    package)."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     folder = tmp_path_factory.mktemp("tiny-ce")

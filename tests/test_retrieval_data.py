@@ -137,7 +137,8 @@ HEAD = "Some special magic numbers are hidden within the following text. Remembe
 CONTEXT = ("The grass is green. The sky is blue.\nOne of the special magic numbers for red-cat is: 123.\n"
            "Here we go. There and back again.\nOne of the special magic numbers for red-cat is: 456. And more hay.\n")
 QUESTION = "What are all the special magic numbers for red-cat mentioned in the provided text?"
-NEEDLES = ["One of the special magic numbers for red-cat is: 123.", "One of the special magic numbers for red-cat is: 456."]
+NEEDLES = ["One of the special magic numbers for red-cat is: 123.",
+           "One of the special magic numbers for red-cat is: 456."]
 
 
 def ruler_line(index=0, needles=True):

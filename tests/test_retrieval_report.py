@@ -49,7 +49,8 @@ def test_report_command_mixes_retrieval_and_attribution_jobs(tmp_path):
             "scorers": {"recovery": {"title": "Recovery", "metrics": [
                 {"key": "recall", "label": "Recall@10%", "higher_is_better": True}]}}}))
     out = tmp_path / "report"
-    result = report_stage(OmegaConf.create({"runs": [str(sweep)], "view": "seq", "html": False}), out)  # hand-made summaries
+    # hand-made summaries
+    result = report_stage(OmegaConf.create({"runs": [str(sweep)], "view": "seq", "html": False}), out)
     md = (out / "retrieval_report.md").read_text()
     assert result["retrieval"] == str(out / "retrieval_report.md") and (out / "table1.md").is_file()
     assert "| Model | Reranker | average | niah_single_1-context | vt_h2_c3-context |" in md

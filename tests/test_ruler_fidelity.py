@@ -205,8 +205,8 @@ def test_length_with_chat_template(smol_tokenizer, morehopqa_path, tmp_path, tas
                       morehopqa_path=morehopqa_path, chat_template=True)
     ttg = TTG[TASKS[task].family]
     for rec in _read(path):
-        out = smol_tokenizer.apply_chat_template([{"role": "user", "content": rec["input"]}], add_generation_prompt=True,
-                                                 tokenize=True)
+        out = smol_tokenizer.apply_chat_template([{"role": "user", "content": rec["input"]}],
+                                                 add_generation_prompt=True, tokenize=True)
         chat = len(out["input_ids"] if hasattr(out, "keys") else out)
         template = chat - _ntok(smol_tokenizer, rec["input"])
         assert template > 0

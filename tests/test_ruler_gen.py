@@ -71,7 +71,8 @@ def test_spans_are_the_evidence_sentences(generated, task, length):
             assert s >= prev_end, f"{task}[{rec['index']}]: overlapping spans"
             prev_end = e
             cs, ce = ns["context_span"]
-            assert ce - cs == e - s and s - cs == rec["needle_spans"][0]["span"][0] - rec["needle_spans"][0]["context_span"][0]
+            first = rec["needle_spans"][0]
+            assert ce - cs == e - s and s - cs == first["span"][0] - first["context_span"][0]
 
 
 def _niah_query_keys(rec) -> list[str]:
@@ -97,7 +98,8 @@ def test_outputs_inside_evidence_and_queried_needles_present(generated, task, le
             keys = _niah_query_keys(rec)
             assert len(keys) == p.num_q and len(rec["outputs"]) == p.num_q * p.num_v
             for key in keys:
-                found = [s for s in sentences if re.fullmatch(rf"One of the special magic \w+ for {re.escape(key)} is: .+\.", s)]
+                pattern = rf"One of the special magic \w+ for {re.escape(key)} is: .+\."
+                found = [s for s in sentences if re.fullmatch(pattern, s)]
                 assert len(found) == p.num_v, f"{task}[{rec['index']}]: needles of {key!r}: {found}"
         else:
             value = re.search(r"assigned the value (\d+), they are: $", rec["answer_prefix"]).group(1)
@@ -153,7 +155,8 @@ def test_length_fits_and_is_close(generated, smol_tokenizer, task, length):
         assert fit.tokens == n and fit.budget <= length - ttg
         slack = fit.budget - fit.tokens
         # As close as the unit size allows: the slack is smaller than the smallest unit left out (+ boundary merges).
-        assert fit.next_unit_tokens is not None and 0 <= slack <= fit.next_unit_tokens + 4, (slack, fit.next_unit_tokens)
+        assert fit.next_unit_tokens is not None and 0 <= slack <= fit.next_unit_tokens + 4, \
+            (slack, fit.next_unit_tokens)
     if TASKS[task].family != "qa" and task != "niah_multikey_3":  # small units: within a few percent on average
         mean_gap = sum(length - r["length"] for r in records) / len(records)
         assert mean_gap <= 0.05 * length
@@ -200,12 +203,13 @@ def test_write_task_is_deterministic_and_atomic(smol_tokenizer, morehopqa_path, 
         assert paths[0].read_bytes() == paths[1].read_bytes()
         assert sorted(x.name for x in paths[0].parent.iterdir()) == ["validation.jsonl"]  # no temp file left
         lines = paths[0].read_text(encoding="utf-8").splitlines()
-        assert [json.loads(l)["index"] for l in lines] == [0, 1, 2, 3]
+        assert [json.loads(line)["index"] for line in lines] == [0, 1, 2, 3]
 
 
 def test_registry_and_errors(smol_tokenizer):
     assert len(REFERENCE_TASKS) == 11  # + morehopqa and math = the 13 rows of the reference table
-    for t in ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3"):
+    for t in ("niah_single_1", "niah_single_2", "niah_single_3",
+              "niah_multikey_1", "niah_multikey_2", "niah_multikey_3"):
         assert t in TASKS
     with pytest.raises(UnknownDatasetError) as err:
         generate_task("niah_nope", tokenizer=smol_tokenizer, max_seq_length=512, num_samples=1)

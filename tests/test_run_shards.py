@@ -112,7 +112,8 @@ def test_shards_merged_equal_the_unsharded_run(tmp_path):
     assert sorted(p.name for p in (merged / "heatmap_data").iterdir()) == \
         sorted(p.name for p in (whole / "heatmap_data").iterdir())
     trace_ids = [json.loads(x)["example_id"] for x in (merged / "traces" / "attention" / "manifest.jsonl").open()]
-    assert trace_ids == [json.loads(x)["example_id"] for x in (whole / "traces" / "attention" / "manifest.jsonl").open()]
+    whole_traces = whole / "traces" / "attention" / "manifest.jsonl"
+    assert trace_ids == [json.loads(x)["example_id"] for x in whole_traces.open()]
 
     # The report reads the sharded sweep (merging it) like the unsharded run.
     from omegaconf import OmegaConf

@@ -71,7 +71,8 @@ def test_replayed_answers_are_parsed_judged_and_cached(tmp_path, smol_tokenizer)
     assert json.loads((tmp_path / "job" / "funnel.json").read_text())["kept"] == 3
     ex = next(read_examples(cache, tokenizer=smol_tokenizer))
     md = ex.metadata
-    assert ex.target.endswith("\nThe answer is " + ROWS[0]["answer"] + ".") and md["reference_answer"] == ROWS[0]["answer"]
+    assert ex.target.endswith("\nThe answer is " + ROWS[0]["answer"] + ".")
+    assert md["reference_answer"] == ROWS[0]["answer"]
     assert len(md["retrieved_ids"]) == 4 and all(r.startswith("box-") for r in md["retrieved_ids"])
     assert "<|im_start|>" in md["generation_prompt"] and md["judge_response"]
     # the spans decode to the boxed sentence and run_exp reads them back as they are
@@ -122,7 +123,8 @@ def test_max_rows_is_a_budget_a_rerun_may_raise(tmp_path):
     out = sample_stage(cfg_for(tmp_path, "max_rows=7"), tmp_path / "job2")  # resumes: rows 5 and 6 only
     log = [json.loads(line) for line in log_path(tmp_path / "samples" / "morehopqa.jsonl").read_text().splitlines()]
     assert [x["id"] for x in log if "id" in x] == [r["_id"] for r in ROWS[:7]]
-    assert out["processed"] == 7 and _ids(tmp_path / "samples" / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3, 6)]
+    assert out["processed"] == 7
+    assert _ids(tmp_path / "samples" / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3, 6)]
     with pytest.raises(ConfigError, match="max_rows=0"):
         sample_stage(cfg_for(tmp_path, "max_rows=0"), tmp_path / "job3")
 

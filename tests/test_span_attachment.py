@@ -1,5 +1,6 @@
-"""Span attachment: target = thinking + newline + answer, sink = the answer's tokens (SmolLM2's tokenizer), and run_exp's
-example_spans keeps the cached spans for that tokenizer and redoes them from the character span for another one."""
+"""Span attachment: target = thinking + newline + answer, sink = the answer's tokens (SmolLM2's tokenizer), and
+run_exp's example_spans keeps the cached spans for that tokenizer and redoes them from the character span for another
+one."""
 
 import pytest
 

@@ -22,7 +22,8 @@ SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions
 
 def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
     env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS=tasks, TABLE1_EXAMPLES="1",
-               PYTHON=sys.executable, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
+               PYTHON=sys.executable,
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
     # the script runs in the project root (paths.root=.): every folder a lane reads or writes is given here
     short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}"]
     # the gold lanes run at 512 tokens here to save time; a CoT variant's lanes at the sampling stage's 1,024 (its
@@ -40,7 +41,8 @@ def _records(tmp_path, lane):
 def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
-    assert out.stderr.strip() == "error: scripts/table1.sh: unknown lane 'tables' (sample | faith | ig | rec | report | compare)"
+    assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' "
+                                  "(sample | faith | ig | rec | report | compare)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):

@@ -84,7 +84,8 @@ def test_held_out_rule_on_a_hand_made_source(tmp_path):
     assert queries == [{"id": "q-00001", "text": "Beta floods in spring when the snow in the high mountains melts."}]
     assert qrels == [{"qid": "q-00001", "docid": "wiki-00001", "relevance": 1}]
     assert corpus[1] == {"id": "wiki-00001", "title": "Beta",
-                         "text": "Beta is a river. The town market sells fish and bread every single morning of the week."}
+                         "text": "Beta is a river. The town market sells fish and bread every single morning of "
+                                 "the week."}
     assert corpus[0]["text"] == " ".join(split_prose(src["Alpha"]["extract"]))
     with pytest.raises(ValueError, match="n_queries=2"):
         build_wiki_demo(src, n_docs=3, n_queries=2)

@@ -1,10 +1,11 @@
-"""The format check of the sampling stage: split "chain of thought + \\box{answer}" into its two parts (docs/sampling.md).
+"""The format check of the sampling stage: split "chain of thought + \\box{answer}" into its two parts
+(docs/sampling.md).
 
 ``split_boxed_generation(text)`` returns a ``BoxedSplit`` or a ``Rejection`` whose ``reason`` is one of the short,
 stable strings in ``REJECTION_REASONS`` (the stage counts them). Rules (spec §3.3, with balanced braces):
 
-- a box is ``\\box`` or ``\\boxed``, optional whitespace, then an opening brace, ASCII ``{`` or full-width ``｛``; it ends
-  at the brace (``}`` or ``｝``) that balances it, so nested braces belong to the answer; backslash-escaped braces
+- a box is ``\\box`` or ``\\boxed``, optional whitespace, then an opening brace, ASCII ``{`` or full-width ``｛``; it
+  ends at the brace (``}`` or ``｝``) that balances it, so nested braces belong to the answer; backslash-escaped braces
   (``\\{``, ``\\}``) are literal characters and do not count;
 - boxes are found left to right, a box inside another one is part of the outer answer, and the LAST box is the answer;
   it must end the text (only whitespace after it): "thinking \\box{a} more \\box{b}" gives answer ``b`` and thinking

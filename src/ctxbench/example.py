@@ -114,8 +114,9 @@ def _is_int(x: Any) -> bool:
 
 
 def validate_example(obj: Any, *, file=None, line=None, n_target_tokens: Optional[int] = None) -> None:
-    """Check fields and types exactly (docs/data.md, "CachedExample JSONL"). Spans must be ``[start, end]`` with ``0 <= start <= end`` and, when the
-    target's token count is known, ``end < n_target_tokens``. Errors name file, line and field."""
+    """Check fields and types exactly (docs/data.md, "CachedExample JSONL"). Spans must be ``[start, end]`` with ``0 <=
+    start <= end`` and, when the target's token count is known, ``end < n_target_tokens``. Errors name file, line and
+    field."""
 
     def fail(problem: str, fld: Optional[str] = None):
         raise DataError(problem, file=file, line=line, field=fld)

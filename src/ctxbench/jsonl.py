@@ -1,6 +1,7 @@
 """JSONL reading with line numbers in every error, and an append-only writer that survives crashes.
 
-Both the CachedExample store and the per-example result files of run_exp use these, so resume behaves the same everywhere.
+Both the CachedExample store and the per-example result files of run_exp use these, so resume behaves the same
+everywhere.
 """
 
 from __future__ import annotations

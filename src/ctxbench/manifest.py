@@ -1,4 +1,5 @@
-"""Run manifests: what produced a result (config with secrets redacted, git commit, package versions, data fingerprint)."""
+"""Run manifests: what produced a result (config with secrets redacted, git commit, package versions, data
+fingerprint)."""
 
 from __future__ import annotations
 

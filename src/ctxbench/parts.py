@@ -6,7 +6,8 @@ constructor (dataclass fields or typed keywords) is the only list of its paramet
 - ``register_part_schemas(conf_dir)`` reads every option file of the groups, builds a structured schema from the
   ``_target_`` class's signature (hydra-zen ``builds``) and stores it as ``schema/<group>/<option>`` in Hydra's
   ConfigStore. An option file lists that schema first in its defaults, so Hydra rejects a misspelt key or a value of the
-  wrong type at compose time, and every parameter can be overridden on the command line (``attribution.ifr_multi_hop.hops=3``).
+  wrong type at compose time, and every parameter can be overridden on the command line
+  (``attribution.ifr_multi_hop.hops=3``).
 - ``build(node, where)`` instantiates the node; a bad value (refused by the constructor's checks) becomes a
   ``ConfigError`` naming the key.
 """

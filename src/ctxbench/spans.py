@@ -1,4 +1,5 @@
-"""Character spans -> token spans, with a tokenizer's offset mapping (spans are tied to the tokenizer that made them)."""
+"""Character spans -> token spans, with a tokenizer's offset mapping (spans are tied to the tokenizer that made
+them)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ def tokens_overlapping(offsets: Sequence[Sequence[int]], start: int, end: int) -
 
 def answer_token_spans(tokenizer, target: str, char_start: int, char_end: int
                        ) -> tuple[Optional[list[int]], Optional[list[int]], int]:
-    """Sink span (closed, tokens of ``target[char_start:char_end]``), thinking span ``[0, sink_start - 1]`` (None when the
-    answer starts the target) and the target's token count, in ``tokenizer(target, add_special_tokens=False)`` coordinates.
-    The sink is None when no token overlaps the answer."""
+    """Sink span (closed, tokens of ``target[char_start:char_end]``), thinking span ``[0, sink_start - 1]`` (None when
+    the answer starts the target) and the target's token count, in ``tokenizer(target, add_special_tokens=False)``
+    coordinates. The sink is None when no token overlaps the answer."""
     enc = tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
     hit = tokens_overlapping(enc["offset_mapping"], char_start, char_end)
     n = len(enc["input_ids"])

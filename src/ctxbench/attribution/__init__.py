@@ -4,7 +4,8 @@
     res = MultiHopBothAttributor(hops=1).attribute(model, tok, model_input, sink_span, thinking_span)
     w = views.seq(res.matrix, res.P)[:res.P]
 
-Methods and their parameters: docs/attribution.md. In a run, each is the ``_target_`` of ``conf/attribution/<name>.yaml``.
+Methods and their parameters: docs/attribution.md. In a run, each is the ``_target_`` of
+``conf/attribution/<name>.yaml``.
 """
 
 from ctxbench.attribution.base import AttributionResult, Attributor, is_stop_text, stop_mask

@@ -23,12 +23,12 @@ Span = Optional[Sequence[int]]
 class AttributionResult:
     """``matrix``: float32 (G, P+G), NaN rows where the method wrote nothing.
 
-    ``hop_vectors``: (K+1, P+G) per-hop token vectors of multi-hop methods (hop 0 first; for ``_both`` methods with
-    stop tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True
-    for prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens).
-    ``observation_mask``: (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``, ``total``).
-    ``info``: facts a method reports per example (e.g. ContextCite's ablation count and held-out R^2), JSON-ready;
-    the run stage records them as ``attribution_info``.
+    ``hop_vectors``: (K+1, P+G) per-hop token vectors of multi-hop methods (hop 0 first; for ``_both`` methods with stop
+    tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True for
+    prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens). ``observation_mask``:
+    (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``,
+    ``total``). ``info``: facts a method reports per example (e.g. ContextCite's ablation count and held-out R^2),
+    JSON-ready; the run stage records them as ``attribution_info``.
     """
 
     matrix: np.ndarray

@@ -41,9 +41,11 @@ class LayerCapture:
     x_mid: torch.Tensor  # (R, d)
     attn: Optional[torch.Tensor] = None  # (H, R, T) stored eager probabilities of the same rows
     kv: Optional[tuple] = None  # (keys, values), each (n_kv_heads, T, head_dim): built on first use, read by every hop
-    q: Optional[torch.Tensor] = None  # (n_heads, R, head_dim) queries of rows row_start.., as the attention kernel got them
+    # (n_heads, R, head_dim) queries of rows row_start.., as the attention kernel got them
+    q: Optional[torch.Tensor] = None
     v_norms: Optional[torch.Tensor] = None  # (n_kv_heads, T) L2 norms of the values
-    lse: Optional[torch.Tensor] = None  # (n_heads, R) log-sum-exp of the scaled logits of rows row_start.., from the kernel
+    # (n_heads, R) log-sum-exp of the scaled logits of rows row_start.., from the kernel
+    lse: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -204,8 +206,8 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     def record(module, query, key, value, lse):
         li = layer_of[id(module)]
         hs[li] = None  # the recorded q/k/v replace the attention input (T x d per layer: 0.57 GiB at 8k on SmolLM2)
-        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(), value[0].to(dt).contiguous(),
-                   None if lse is None else lse[0, :, row_start:].to(dt).contiguous())
+        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(),
+                   value[0].to(dt).contiguous(), None if lse is None else lse[0, :, row_start:].to(dt).contiguous())
 
     def mid_pre(li):
         def hook(mod, args):

@@ -330,10 +330,11 @@ class IFRAttributorBase(Attributor):
     """Parameters and the capture step every IFR method shares.
 
     ``recompute_attention``: rebuild attention rows per layer from the captured input (memory O(heads x T^2) for one
-    layer) instead of storing the eager probabilities of the generated rows. ``forward_attn_impl``: kernel of the capture
-    pass when recomputing ("sdpa" is several times faster than eager on CPU and changes IFR only by kernel rounding,
-    ~1e-5; None keeps the loaded kernel, and recomputed and stored attention then agree to 1e-6). The arithmetic is
-    float32, or float64 for a float64 model (``model.dtype=float64``: the accuracy reference, module notes).
+    layer) instead of storing the eager probabilities of the generated rows. ``forward_attn_impl``: kernel of the
+    capture pass when recomputing ("sdpa" is several times faster than eager on CPU and changes IFR only by kernel
+    rounding, ~1e-5; None keeps the loaded kernel, and recomputed and stored attention then agree to 1e-6). The
+    arithmetic is float32, or float64 for a float64 model (``model.dtype=float64``: the accuracy reference, module
+    notes).
     """
 
     tau: float = 0.0  # proximities below tau count 0

@@ -23,7 +23,8 @@ def morehopqa_sample() -> Path:
 
 
 def morehopqa_prompt(context: list, question: str) -> str:
-    """Paragraph sentences joined without separator, paragraphs joined by a space (titles dropped), then the question."""
+    """Paragraph sentences joined without separator, paragraphs joined by a space (titles dropped), then the
+    question."""
     return " ".join("".join(sentences) for _title, sentences in context) + "\n" + question
 
 

@@ -68,7 +68,8 @@ def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
     for k, ns in enumerate(spans):
         fld = f"needle_spans[{k}].span"
         sp = ns.get("span") if isinstance(ns, dict) else None
-        if not (isinstance(sp, list) and len(sp) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in sp)):
+        if not (isinstance(sp, list) and len(sp) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in sp)):
             fail(f"must be [start, end) character offsets, got {sp!r}", fld)
         if not 0 <= sp[0] < sp[1] <= n:
             fail(f"span {sp} lies outside the input's {n} characters", fld)

@@ -35,9 +35,9 @@ class RulerTask(Dataset):
     """A RULER task generated offline with evidence spans, at ``<data_dir>/ruler_multihop/<length>/<name>/``.
 
     ``length``: the maximum sequence length the samples are fitted to (the paper's 1,024; the dataset YAMLs take the
-    run's top-level ``length``, which the quick default job sets to 512); ``num_samples`` and ``seed``: what generation makes; ``generate_missing``: generate a missing file before
-    loading it instead of refusing; ``morehopqa_path``: the MoreHopQA-format source of ``hotpotqa_long``'s documents
-    (None = the packaged 150-row sample).
+    run's top-level ``length``, which the quick default job sets to 512); ``num_samples`` and ``seed``: what generation
+    makes; ``generate_missing``: generate a missing file before loading it instead of refusing; ``morehopqa_path``: the
+    MoreHopQA-format source of ``hotpotqa_long``'s documents (None = the packaged 150-row sample).
     """
 
     kind: ClassVar[str] = "ruler"

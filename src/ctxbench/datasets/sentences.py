@@ -20,8 +20,8 @@ def _segmenter(language: str) -> pysbd.Segmenter:
 def split_sentences(text: str, language: str = "en") -> list[tuple[int, int]]:
     """Character spans ``[start, end)`` of the sentences of ``text``, in order, whitespace trimmed, never overlapping.
 
-    Line breaks also end a sentence: RULER haystacks and documents are line-structured, and a needle on its own line must
-    not be merged with the line before it.
+    Line breaks also end a sentence: RULER haystacks and documents are line-structured, and a needle on its own line
+    must not be merged with the line before it.
     """
     spans: list[tuple[int, int]] = []
     line_start = 0

@@ -24,9 +24,10 @@ def one_line(text: Any, limit: int = 300) -> str:
 @dataclass(frozen=True)
 class GenerationRequest:
     """``key``: a stable id (the example id); ``messages``: the chat ``[{role, content}, ...]`` (system prompt,
-    in-context user/assistant turns, the user prompt); ``text``: the same prompt already rendered with the chat template,
-    when the caller has it (the ``hf`` generator then uses it as is; ``replay`` may match on it); ``row``: the dataset
-    row (a ``CachedExample``) the request was made from, for generators that write from the data (``evidence_cot``)."""
+    in-context user/assistant turns, the user prompt); ``text``: the same prompt already rendered with the chat
+    template, when the caller has it (the ``hf`` generator then uses it as is; ``replay`` may match on it); ``row``: the
+    dataset row (a ``CachedExample``) the request was made from, for generators that write from the data
+    (``evidence_cot``)."""
 
     key: str
     messages: list = field(default_factory=list)

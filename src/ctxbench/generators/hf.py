@@ -1,8 +1,8 @@
 """``generator=hf``: local transformers generation with the model of the ``model`` group (docs/sampling.md#hf).
 
-The stage loads the model once (``load_causal_lm``) and hands it over with ``use_lm``. Each request is rendered
-with the tokenizer's chat template (``add_generation_prompt=True``) unless it carries its pre-rendered ``text``; requests
-are sorted by length (longest first) and run in batches of ``batch_size`` with left padding; decoding is greedy unless
+The stage loads the model once (``load_causal_lm``) and hands it over with ``use_lm``. Each request is rendered with the
+tokenizer's chat template (``add_generation_prompt=True``) unless it carries its pre-rendered ``text``; requests are
+sorted by length (longest first) and run in batches of ``batch_size`` with left padding; decoding is greedy unless
 ``temperature > 0`` (sampling seeded with ``seed`` at the start of every ``generate`` call), stops at any EOS id of the
 tokenizer or after ``max_new_tokens``. A batch that fails (e.g. out of memory) is retried one request at a time, and a
 request that still fails gets ``error`` set.
@@ -40,8 +40,8 @@ def render_chat(tokenizer, messages: list, *, enable_thinking: Optional[bool] = 
 class HFGenerator(Generator):
     """Batched local generation. ``batch_size``: requests per forward batch; ``max_new_tokens``; ``temperature`` 0 =
     greedy, > 0 = sampling with ``top_p`` and ``seed``; ``repetition_penalty``: transformers' penalty on tokens already
-    in the sequence (1.0 = none; small models loop without it); ``enable_thinking``: passed to chat templates that read it
-    (Qwen3), None = the template's default; ``box_on_stop``: keep generations in the box format (``BoxGuard``: open
+    in the sequence (1.0 = none; small models loop without it); ``enable_thinking``: passed to chat templates that read
+    it (Qwen3), None = the template's default; ``box_on_stop``: keep generations in the box format (``BoxGuard``: open
     ``\\box{`` when the model would stop without one, stop once it is closed); ``progress``: a tqdm bar over batches."""
 
     name: ClassVar[str] = "hf"

@@ -1,11 +1,12 @@
-"""``generator=replay``: responses made elsewhere (vLLM, an API, a person), read from a JSONL file (docs/sampling.md#replay).
+"""``generator=replay``: responses made elsewhere (vLLM, an API, a person), read from a JSONL file
+(docs/sampling.md#replay).
 
 Each line is an object with ``response`` (the generated text, required) and at least one of ``id`` (the example id),
-``prompt`` (the prompt text) or ``messages`` (the chat); other fields are ignored (``finish_reason`` is kept when given).
-A request is matched by its key (the example id) against ``id``; failing that, by exact text: ``prompt`` against the
-request's rendered ``text`` or its last user message, ``messages`` against its messages. A request with no match comes
-back with ``error`` set. Two lines with the same id, or the same prompt with different responses, are an error naming
-the file and line. Only parsing, judging and span attachment run on these answers.
+``prompt`` (the prompt text) or ``messages`` (the chat); other fields are ignored (``finish_reason`` is kept when
+given). A request is matched by its key (the example id) against ``id``; failing that, by exact text: ``prompt`` against
+the request's rendered ``text`` or its last user message, ``messages`` against its messages. A request with no match
+comes back with ``error`` set. Two lines with the same id, or the same prompt with different responses, are an error
+naming the file and line. Only parsing, judging and span attachment run on these answers.
 """
 
 from __future__ import annotations

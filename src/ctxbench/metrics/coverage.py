@@ -1,4 +1,5 @@
-"""Sentence-level coverage (docs/metrics.md, legacy): does each gold sentence get about its fair share of the attribution?
+"""Sentence-level coverage (docs/metrics.md, legacy): does each gold sentence get about its fair share of the
+attribution?
 
 Per gold sentence g: ``ratio_g = |mass on g| / total prompt mass`` with ``E = 1 / #gold``; reported are the fractions of
 gold sentences with ratio in (E/2, 3E/2), above E/2, and above E. As in the reference, a sentence's mass is the absolute
@@ -81,7 +82,8 @@ class CoverageScorer(Scorer):
 
     def score(self, model, tokenizer, prepared, result, weights):
         gold = prepared.example.attr_mask_indices or []
-        cov = {v: coverage(w, prepared.model_input.prompt_offsets, prepared.sentences, gold) for v, w in weights.items()}
+        offsets = prepared.model_input.prompt_offsets
+        cov = {v: coverage(w, offsets, prepared.sentences, gold) for v, w in weights.items()}
         return {self.name: cov if any(c is not None for c in cov.values()) else None}
 
     def values(self, view_record):

@@ -9,8 +9,8 @@ deleted) and the last one (every rankable token deleted) are common to all views
 the example's inputs for the next method it scores on the same example (the step-0 input is common to all methods,
 the last one to all methods with the same rankable tokens): up to 2 of each method's 21 inputs after the first.
 
-The mode's figure (``deletion_curve_plots``, written by ``write_plots``): the mean normalised deletion curve per view and
-method.
+The mode's figure (``deletion_curve_plots``, written by ``write_plots``): the mean normalised deletion curve per view
+and method.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ class DeletionSchedule:
 def _as_weights(w) -> np.ndarray:
     arr = np.asarray(w, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(arr)):
-        # Views already map NaN to 0 (docs/attribution.md, token views); a NaN here is a bug upstream, and it would make the ranking arbitrary.
+        # Views already map NaN to 0 (docs/attribution.md, token views); a NaN here is a bug upstream, and it would make
+        # the ranking arbitrary.
         raise ValueError("attribution weights contain NaN or inf")
     return arr
 
@@ -311,16 +312,17 @@ def common_key(metric: str, deletion_set: str) -> str:
 class FaithfulnessScorer(Scorer):
     """Mode ``faithfulness``: RISE, MAS and RISE+AP by guided deletion (docs/metrics.md); lower is better.
 
-    ``steps``: deletion steps (K = min(steps, P)); ``batch_size``: perturbed inputs per forward pass (CPU 1-4, GPU more).
-    The main figures use each method's own deletion set, as the FlashTrace paper's Table 1 does: a method that
-    removes stop tokens (FlashTrace) never deletes them, every other method deletes every prompt token.
-    ``common_sets`` (``all``, ``nonstop``) also scores every method under one set for all, as RISE@<set> and
-    MAS@<set>: ``all`` deletes every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned).
+    ``steps``: deletion steps (K = min(steps, P)); ``batch_size``: perturbed inputs per forward pass (CPU 1-4, GPU
+    more). The main figures use each method's own deletion set, as the FlashTrace paper's Table 1 does: a method that
+    removes stop tokens (FlashTrace) never deletes them, every other method deletes every prompt token. ``common_sets``
+    (``all``, ``nonstop``) also scores every method under one set for all, as RISE@<set> and MAS@<set>: ``all`` deletes
+    every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned).
     """
 
     name: ClassVar[str] = "faithfulness"
     title: ClassVar[str] = "Faithfulness"
-    csv_std_label: ClassVar[str] = "Var"  # the reference stores the standard deviation under "Var"; kept for its readers
+    # the reference stores the standard deviation under "Var"; kept for its readers
+    csv_std_label: ClassVar[str] = "Var"
     steps: int = MAX_STEPS
     batch_size: int = neutral(4)
     common_sets: list[str] = field(default_factory=list)

@@ -1,5 +1,6 @@
-"""Recovery (docs/metrics.md; RULER only, higher is better): the share of gold prompt tokens (those overlapping an evidence
-span) among the top ``fraction`` (10% in the FlashTrace paper, ICML 2026) of prompt tokens by attribution weight.
+"""Recovery (docs/metrics.md; RULER only, higher is better): the share of gold prompt tokens (those overlapping an
+evidence span) among the top ``fraction`` (10% in the FlashTrace paper, ICML 2026) of prompt tokens by attribution
+weight.
 
 A method that removes stop tokens (FlashTrace, ``ifr_multi_hop_both``: its result carries ``prompt_stop_mask``) is
 scored as the FlashTrace code scores it (``evaluate_attr_recovery_skip_tokens`` in its ``flashtrace/improved.py``):

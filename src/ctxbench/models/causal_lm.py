@@ -1,10 +1,10 @@
 """Load a transformers causal LM and its tokenizer from a hub id, a local folder, a GGUF file or an installed package.
 
-GGUF files are dequantised by transformers on every load (about 30 s for SmolLM2-135M); the first load therefore writes a
-plain safetensors copy under ``cache_dir`` keyed by the file's content (sha256) and the transformers major version, and
-later loads read that copy in about a second. The key never depends on where the file lies or when it was installed, so
-two installs of the same package share one copy. A tokenizer loaded from a GGUF file is named after that file (not after
-the cache folder), so what records it (generated data, span caches) reads the same on every machine.
+GGUF files are dequantised by transformers on every load (about 30 s for SmolLM2-135M); the first load therefore writes
+a plain safetensors copy under ``cache_dir`` keyed by the file's content (sha256) and the transformers major version,
+and later loads read that copy in about a second. The key never depends on where the file lies or when it was installed,
+so two installs of the same package share one copy. A tokenizer loaded from a GGUF file is named after that file (not
+after the cache folder), so what records it (generated data, span caches) reads the same on every machine.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def _fix_tokenizer(tok, source: ModelSource) -> None:
 
 def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
                    cache_dir: str | Path | None = None) -> LoadedLM:
-    """Load model + tokenizer in eval mode. ``need_attentions`` selects eager attention (sdpa returns no probabilities)."""
+    """Load model + tokenizer in eval mode. ``need_attentions`` selects eager attention (sdpa returns no
+    probabilities)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if cfg.backend != "hf":

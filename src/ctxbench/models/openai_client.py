@@ -1,11 +1,13 @@
-"""A chat client for an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang), standard library only (docs/sampling.md#openai).
+"""A chat client for an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang), standard library only
+(docs/sampling.md#openai).
 
 ``ChatClient.complete_many(chats)`` posts ``/chat/completions`` requests with at most ``concurrency`` in flight, each
 with a ``timeout_s`` socket timeout; 429, 5xx, timeouts, connection errors and unreadable replies are retried
-``max_retries`` times with exponential back-off (``backoff_s * 2**attempt``, capped at ``max_backoff_s``, with jitter;
-a 429's ``Retry-After`` is honoured up to the cap); other 4xx are not retried. A request that still fails comes back as
-a ``ChatError`` (one line), never as an exception that loses the other requests. Successful replies are stored in an
-on-disk cache (``cache_dir``) keyed by the SHA-256 of the request body and the endpoint URL, so a rerun does not pay twice.
+``max_retries`` times with exponential back-off (``backoff_s * 2**attempt``, capped at ``max_backoff_s``, with jitter; a
+429's ``Retry-After`` is honoured up to the cap); other 4xx are not retried. A request that still fails comes back as a
+``ChatError`` (one line), never as an exception that loses the other requests. Successful replies are stored in an
+on-disk cache (``cache_dir``) keyed by the SHA-256 of the request body and the endpoint URL, so a rerun does not pay
+twice.
 
 The API key is read from the environment variable named by ``api_key_env`` at the time of a request and is never written
 to configs, manifests, logs or the cache; ``api_key_env: null`` sends no key (a local server without authentication).

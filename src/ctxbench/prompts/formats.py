@@ -1,10 +1,11 @@
-"""The model input of the attribution stage: formatted prompt + the generation to explain (docs/data.md, prompt formats).
+"""The model input of the attribution stage: formatted prompt + the generation to explain (docs/data.md, prompt
+formats).
 
-``table1``: the reference Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's chat
-template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template.
-The whole formatted text is tokenised at once (what the model really sees); prompt tokens are the tokens whose characters
-overlap the prompt inside it, and their offsets are mapped back into the prompt string, so evidence spans given in prompt
-characters need no further shift.
+``table1``: the reference Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's
+chat template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template. The whole formatted
+text is tokenised at once (what the model really sees); prompt tokens are the tokens whose characters overlap the prompt
+inside it, and their offsets are mapped back into the prompt string, so evidence spans given in prompt characters need
+no further shift.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ TABLE1_SUFFIX = "\n\n\nQuery: "
 @dataclass
 class ModelInput:
     input_ids: torch.Tensor  # (T,) formatted prompt tokens, then the G generated tokens (target tokens + EOS)
-    prompt_positions: torch.Tensor  # (P,) positions of the user-prompt tokens inside input_ids (template tokens excluded)
+    # (P,) positions of the user-prompt tokens inside input_ids (template tokens excluded)
+    prompt_positions: torch.Tensor
     prompt_offsets: list  # P pairs [start, end): each prompt token's characters in the prompt string (clipped to it)
     gen_start: int  # input_ids[gen_start:] are the generated tokens
     text: str  # the formatted text before the generated tokens (for inspection)

@@ -14,13 +14,13 @@ An ``ICLTemplate`` renders a test row and the pool rows a retriever chose for it
   test row too).
 
 ``render`` gives a ``RenderedPrompt``: its ``text`` is what a model without a chat template reads (a dialogue's
-non-empty parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike the reference) and ``messages()`` the
-chat messages: HUMAN -> user, BOT -> assistant, SYSTEM -> system (or its ``fallback_role``, default HUMAN, when the
-model has no system role), free text of ``begin``/``end`` -> user, consecutive messages of one role merged with
-"\\n"; a string prompt is one user message, so few-shot with chat models means a dialogue template (examples as
-alternating user/assistant turns). In generation the final BOT turn is left open: dropped when empty (the chat template
-adds the generation prompt), otherwise continued. ``for_model(tokenizer)`` picks the form the model reads and, for chat
-models, the text the tokenizer's chat template makes.
+non-empty parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike the reference) and
+``messages()`` the chat messages: HUMAN -> user, BOT -> assistant, SYSTEM -> system (or its ``fallback_role``, default
+HUMAN, when the model has no system role), free text of ``begin``/``end`` -> user, consecutive messages of one role
+merged with "\\n"; a string prompt is one user message, so few-shot with chat models means a dialogue template (examples
+as alternating user/assistant turns). In generation the final BOT turn is left open: dropped when empty (the chat
+template adds the generation prompt), otherwise continued. ``for_model(tokenizer)`` picks the form the model reads and,
+for chat models, the text the tokenizer's chat template makes.
 """
 
 from __future__ import annotations

@@ -244,9 +244,9 @@ def by_dataset(jobs: list[JobRun]) -> dict[str, tuple[list[dict], dict[str, Scor
 def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings] = None
            ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
     """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
-    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "runs_n": {examples of each
-    run}, "stats": {label: {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with ``stats`` when given
-    and the job has the file, else taken from summary.json."""
+    ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "runs_n": {examples of each run},
+    "stats": {label: {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with
+    ``stats`` when given and the job has the file, else taken from summary.json."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
     datasets, methods, metrics = [], [], {}

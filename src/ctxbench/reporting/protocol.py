@@ -140,10 +140,11 @@ def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["## Recall budget", "",
              "Recall@10% ranks the prompt tokens and takes the top k = ceil(0.1 x ranked); gold = the prompt tokens "
              "overlapping the evidence. FlashTrace (stop tokens removed) is scored over its non-stop tokens, as its "
-             "code scores it: k, gold and ranked count those only. The ceiling min(k, gold)/gold is the best recall any "
-             "ranking reaches; both depend on the tokenizer and the haystack, so they differ from the paper's "
+             "code scores it: k, gold and ranked count those only. The ceiling min(k, gold)/gold is the best recall "
+             "any ranking reaches; both depend on the tokenizer and the haystack, so they differ from the paper's "
              "(Qwen3-8B's tokenizer, its haystacks: not computable offline). Means over the examples.", "",
-             "| task | recall | examples | ranked | k | gold | k / gold | ceiling |", "|---|---|---|---|---|---|---|---|"]
+             "| task | recall | examples | ranked | k | gold | k / gold | ceiling |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         kind = "stop tokens skipped (FlashTrace)" if r["stop_tokens_skipped"] else "all prompt tokens"
         lines.append(f"| {r['dataset']} | {kind} | {r['examples']} | {r['ranked']:.1f} | {r['k']:.1f} | "
@@ -230,9 +231,9 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
     names = [_short(t.get("caption"), Path(d).parent.name) for d, t in reports]
     tasks = list(dict.fromkeys(d for _, t in reports for d in t["datasets"]))
     lines = ["# Table 1: the variants beside the paper", "",
-             "RISE / MAS (lower is better) / Recall@10% (higher) per method: the paper's Table 1 (Qwen3-8B, 100 examples "
-             "per task) and each variant here; `n=` when a cell rests on another number of examples than the task's, "
-             "`too few` when under the report's min_examples. Sources: "
+             "RISE / MAS (lower is better) / Recall@10% (higher) per method: the paper's Table 1 (Qwen3-8B, 100 "
+             "examples per task) and each variant here; `n=` when a cell rests on another number of examples than the "
+             "task's, `too few` when under the report's min_examples. Sources: "
              + "; ".join(f"{n}: `{d}`" for n, (d, _) in zip(names, reports)) + "."]
     for task in tasks:
         per = []

@@ -39,7 +39,8 @@ def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], 
     views = list(views)
     out: dict[str, dict[str, Any]] = {}
     for method, recs in by_method(records).items():
-        s: dict[str, Any] = {"examples": len(recs), "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0],
+        s: dict[str, Any] = {"examples": len(recs),
+                             "avg_attribution_s": mean_std([r["attribution_s"] for r in recs])[0],
                              "avg_total_s": mean_std([example_seconds(r) for r in recs])[0]}
         for name, scorer in scorers.items():
             agg = scorer.aggregate(recs, views)

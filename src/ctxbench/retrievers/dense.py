@@ -3,10 +3,11 @@ with Faiss.
 
 The pool is embedded once at ``fit`` (through the embedder's corpus cache when it has a ``cache_dir``) and added to a
 Faiss inner-product index (``ctxbench.retrievers.ann``): ``index: flat`` (the default) is exact; ``ivf`` or ``hnsw``
-trade exactness for speed on large corpora; ``device`` puts it on a GPU when faiss has GPU support. With normalised embeddings (the default) the
-score is the cosine similarity. All queries are embedded and searched in one call (Faiss takes its BLAS path for large
-query blocks). Hits with equal scores are ordered by pool index. Embeddings depend slightly (about 1e-7) on which texts
-share a batch, so two hits whose scores differ by less than that can swap between runs with different batches.
+trade exactness for speed on large corpora; ``device`` puts it on a GPU when faiss has GPU support. With normalised
+embeddings (the default) the score is the cosine similarity. All queries are embedded and searched in one call (Faiss
+takes its BLAS path for large query blocks). Hits with equal scores are ordered by pool index. Embeddings depend
+slightly (about 1e-7) on which texts share a batch, so two hits whose scores differ by less than that can swap between
+runs with different batches.
 """
 
 from __future__ import annotations

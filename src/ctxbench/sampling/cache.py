@@ -4,8 +4,8 @@ For a cache ``<name>.jsonl`` (the CachedExample rows kept) the stage also keeps,
 
 - ``<name>.jsonl.config.json``: the settings that change what is generated (data, model, retriever, template, pool,
   generator, judge); written when the cache is created. A run with other settings refuses to append, naming the keys.
-- ``<name>.jsonl.log.jsonl``: one line per processed dataset row (kept or why not, retrieved ids, the prompt sent), and a
-  final ``{"done": true}`` line when every row of the run's slice is processed. A row is processed once: a rerun skips
+- ``<name>.jsonl.log.jsonl``: one line per processed dataset row (kept or why not, retrieved ids, the prompt sent), and
+  a final ``{"done": true}`` line when every row of the run's slice is processed. A row is processed once: a rerun skips
   the rows in the log or in the cache (a kill between the two writes leaves the row in the cache only).
 
 Shard ``i`` of ``n`` writes ``<name>.shard-<i>-of-<n>.jsonl`` (and its two companions); ``merge_shards`` joins the

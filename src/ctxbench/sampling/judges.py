@@ -1,7 +1,7 @@
 """Judges (the ``judge`` config group): does the boxed answer match the reference answer? (docs/sampling.md#judges)
 
-One interface, ``Judge.judge(items) -> verdicts`` (one per item, in order); a judge that runs the local model receives it
-through ``use_lm(loaded_lm)``. Options:
+One interface, ``Judge.judge(items) -> verdicts`` (one per item, in order); a judge that runs the local model receives
+it through ``use_lm(loaded_lm)``. Options:
 
 - ``rule`` (offline default, ``RuleJudge``): normalised exact match or containment of the normalised reference in the
   answer, token-wise, numbers compared by value;
@@ -148,11 +148,11 @@ class ModelJudge(Judge):
     """The spec's judge prompts on a local causal LM, greedy, ``max_new_tokens`` tokens, ``batch_size`` at a time.
 
     ``path`` null (default): the model of the ``model`` group, handed over by the stage (``use_lm``). Otherwise the
-    judge loads a model of its own on first use, ``path`` (hub id, folder, ``.gguf`` file or ``pypkg:<package>``) with ``gguf_file``,
-    ``revision``, ``dtype``, ``device``, ``device_map``, ``trust_remote_code`` as in the ``model`` group, and ``cache_dir``
-    as the model cache. ``enable_thinking``: passed to chat templates that read it (Qwen3); False keeps the reply short.
-    (Flat keys rather than a nested model config: a null nested structured node cannot be overridden from the command
-    line, ``judge.path=Qwen/Qwen3-8B`` can.)"""
+    judge loads a model of its own on first use, ``path`` (hub id, folder, ``.gguf`` file or ``pypkg:<package>``) with
+    ``gguf_file``, ``revision``, ``dtype``, ``device``, ``device_map``, ``trust_remote_code`` as in the ``model`` group,
+    and ``cache_dir`` as the model cache. ``enable_thinking``: passed to chat templates that read it (Qwen3); False
+    keeps the reply short. (Flat keys rather than a nested model config: a null nested structured node cannot be
+    overridden from the command line, ``judge.path=Qwen/Qwen3-8B`` can.)"""
 
     name: ClassVar[str] = "model"
     path: Optional[str] = None

@@ -6,10 +6,10 @@ import re
 
 # Spec §3.2: the system prompt of the generator model.
 GENERATION_SYSTEM_PROMPT = (
-    "You are a reasoning assistant. Before answering, engage in an chain of thought. Process this freely and naturally "
-    "without using specific headers or strict formatting. When you reach the conclusion, wrap the entire final sentence "
-    "containing the answer inside \\box{}. Ensure the box wraps the **sentence** that naturally delivers the answer. "
-    "DO NOT rewrite the answer word for the box separately."
+    "You are a reasoning assistant. Before answering, engage in an chain of thought. Process this freely and "
+    "naturally without using specific headers or strict formatting. When you reach the conclusion, wrap the entire "
+    "final sentence containing the answer inside \\box{}. Ensure the box wraps the **sentence** that naturally "
+    "delivers the answer. DO NOT rewrite the answer word for the box separately."
 )
 
 # Spec §3.4: the judge prompts.

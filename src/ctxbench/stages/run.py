@@ -1,7 +1,7 @@
 """Stage 2, run_exp: load examples, attribute with each configured method, score every mode, write results.
 
-Files in the job's output dir: ``manifest.json``, ``results.jsonl`` (one line per example and method; a rerun in the same
-dir skips what is there, and refuses lines written under another config), ``summary.json``, ``summary.md``,
+Files in the job's output dir: ``manifest.json``, ``results.jsonl`` (one line per example and method; a rerun in the
+same dir skips what is there, and refuses lines written under another config), ``summary.json``, ``summary.md``,
 ``<mode>/<method>.csv`` (the reference's layout), ``deletion_curve_<view>.png``, optional ``heatmaps/`` and ``traces/``,
 ``heatmap_data/`` (what the page draws of the first ``heatmaps`` examples) and ``report.html`` (docs/report.md).
 """
@@ -180,7 +180,8 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                  len(examples))
         return {"shard": [shard.index, shard.count], "examples": len(examples)}
     title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
-    summary = write_job_summary(output_dir, list(methods), scorers, list(views), title=title, refused=refused, stats=stats)
+    summary = write_job_summary(output_dir, list(methods), scorers, list(views), title=title, refused=refused,
+                                stats=stats)
     if cfg.html:
         write_run_html(output_dir, title, cfg.heatmaps)
     return summary

@@ -156,10 +156,12 @@ def _merge_traces(dirs: list[Path], output_dir: Path, position: dict[str, int]) 
                     (output_dir / "traces" / method_dir.name).mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, output_dir / "traces" / method_dir.name / f.name)
             if (method_dir / "manifest.jsonl").exists():
-                lines.setdefault(method_dir.name, []).extend(obj for _, obj in iter_jsonl(method_dir / "manifest.jsonl"))
+                lines.setdefault(method_dir.name, []).extend(
+                    obj for _, obj in iter_jsonl(method_dir / "manifest.jsonl"))
     for method, objs in lines.items():
         objs.sort(key=lambda o: position[o["example_id"]])
-        atomic_write_text(output_dir / "traces" / method / "manifest.jsonl", "".join(json.dumps(o) + "\n" for o in objs))
+        atomic_write_text(output_dir / "traces" / method / "manifest.jsonl",
+                          "".join(json.dumps(o) + "\n" for o in objs))
 
 
 def merged_shard_runs(runs: list[str | Path], output_dir: Path) -> tuple[list[str], list[Path]]:
@@ -169,8 +171,8 @@ def merged_shard_runs(runs: list[str | Path], output_dir: Path) -> tuple[list[st
     if not shard_dirs:
         return [str(r) for r in runs], []
     shard_set = set(shard_dirs)
-    plain = [str(r) for r in runs
-             if any(job.dir not in shard_set and manifest.get("stage") == "run_exp" for job, manifest in jobs_below([r]))]
+    plain = [str(r) for r in runs if any(job.dir not in shard_set and manifest.get("stage") == "run_exp"
+                                         for job, manifest in jobs_below([r]))]
     merged = []
     for group in group_shard_dirs(shard_dirs):
         name = safe_filename(f"{group[0].parent.name}_{group[0].name}")

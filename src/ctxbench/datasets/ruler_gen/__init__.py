@@ -1,10 +1,11 @@
 """RULER-format data generated offline, with evidence spans (``needle_spans``). See docs/ruler.md.
 
 Public API:
-- ``TASKS``: task name -> ``TaskSpec`` (the 11 RULER tasks of the reference experiment, ``REFERENCE_TASKS`` plus upstream's niah_single_1/2/3 and
-  niah_multikey_1/2/3).
+- ``TASKS``: task name -> ``TaskSpec`` (the 11 RULER tasks of the reference experiment, ``REFERENCE_TASKS`` plus
+  upstream's niah_single_1/2/3 and niah_multikey_1/2/3).
 - ``generate_task(task, *, tokenizer, max_seq_length, num_samples, seed=42, morehopqa_path=None, ...) -> list[dict]``
-- ``write_task(root, task, *, max_seq_length, tokenizer, ...) -> Path``: ``<root>/<max_seq_length>/<task>/validation.jsonl``.
+- ``write_task(root, task, *, max_seq_length, tokenizer, ...) -> Path``:
+  ``<root>/<max_seq_length>/<task>/validation.jsonl``.
 
 Conventions (see ``common`` for the ``needle_spans`` fields): token counts are without special tokens (upstream's
 ``text_to_tokens``). The length rule is upstream's: ``length`` = tokens of input + answer prefix, + tokens_to_generate

@@ -116,7 +116,8 @@ class Fit(Generic[T]):
     rendered: T           # what render(units) returned
     tokens: int           # exact token count of the input
     budget: int           # max_seq_length - tokens_to_generate (- template tokens)
-    next_unit_tokens: Optional[int]  # smallest cost among the units looked at but left out (None: none) — bounds the slack
+    # smallest cost among the units looked at but left out (None: none) — bounds the slack
+    next_unit_tokens: Optional[int]
     exact_counts: int     # exact tokenisations spent on this fit
 
     @property

@@ -95,7 +95,8 @@ class QaRow:
 def _support(row: dict, gold: tuple[Paragraph, ...]) -> tuple[tuple[str, int], ...]:
     by_title = {p.title: p for p in gold}
     if row.get("supporting_facts"):
-        pairs = {(t, int(i)) for t, i in row["supporting_facts"] if t in by_title and int(i) < len(by_title[t].sentences)}
+        pairs = {(t, int(i)) for t, i in row["supporting_facts"]
+                 if t in by_title and int(i) < len(by_title[t].sentences)}
     else:
         pairs = set()
         for step in row.get("question_decomposition") or []:

