@@ -115,7 +115,9 @@ def test_funnel_of_a_sampled_cache(tmp_path):
     log = [{"id": "0", "status": "kept"}, {"id": "1", "status": "judged_wrong"},
            {"id": "2", "status": "malformed", "reason": "no_box"}, {"id": "3", "status": "generation_error"}]
     (tmp_path / "niah_mq_q2.jsonl.log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
-    (tmp_path / "niah_mq_q2.jsonl.config.json").write_text(json.dumps({"generator": {"generator": "hf"}}))
+    # the record holds the generator's settings(), whose _target_ names its class
+    record = {"generator": {"_target_": "ctxbench.generators.hf.HFGenerator"}}
+    (tmp_path / "niah_mq_q2.jsonl.config.json").write_text(json.dumps(record))
     job = SimpleNamespace(dataset="niah_mq_q2", source={"kind": "cache", "path": str(cache)})
     row = source_rows([job])[0]
     assert row["generator"] == "hf" and row["funnel"]["processed"] == 4 and row["funnel"]["kept"] == 1

@@ -81,7 +81,7 @@ def stored_or_computed(reranker_name: Optional[str], settings: dict, compute: Ca
 
 def retrieval_shard(cfg: DictConfig, retriever: Retriever) -> Shard:
     """The corpus-encoding shard this job writes (docs/scale-out.md); count 1: an ordinary search job."""
-    if cfg.get("merge"):
+    if cfg.merge:
         raise ConfigError("merge: mode=retrieval has no merge step; the search job (without shard.*) joins the corpus "
                           "encoding shards it finds in the embedding cache")
     try:
@@ -97,12 +97,12 @@ def retrieval_shard(cfg: DictConfig, retriever: Retriever) -> Shard:
 def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode) -> dict:
     output_dir = Path(output_dir)
     paths = stage_paths(cfg)
-    if cfg.get("retriever") is None:
+    if cfg.retriever is None:
         raise ConfigError("retriever: mode=retrieval evaluates a retriever; choose one (retriever=bm25, dense, random)")
     retriever = build(cfg.retriever, "retriever", Retriever)
     shard = retrieval_shard(cfg, retriever)
     reranker: Optional[Reranker] = build(cfg.reranker, "reranker", Reranker) \
-        if cfg.get("reranker") is not None else None
+        if cfg.reranker is not None else None
     dataset = build(cfg.dataset, "dataset")
     if not isinstance(dataset, (RetrievalData, Dataset)):
         raise ConfigError(f"dataset: {type(dataset).__name__} is neither retrieval data nor an attribution dataset")
