@@ -1,4 +1,5 @@
-"""Hydra composition: every option of every group composes against the schemas; typos are errors; stages run from the CLI."""
+"""Hydra composition: every option of every group composes against the schemas; typos are errors; stages run from the
+CLI."""
 
 import json
 import os
@@ -166,9 +167,9 @@ def test_cli_cfg_job_and_help():
     assert cfg.dataset.name == "niah_mq_q2" and "faithfulness" in cfg.mode
     out = _cli("run_exp.py", "--help")
     assert out.returncode == 0
-    for line in ("dataset: beir, cached, hotpotqa_long, jsonl, morehopqa", "mode: coverage, faithfulness, recovery, retrieval",
-                 "model: llama-3.1-8b, openai, qwen3-8b, smollm2-135m", "retriever: bm25, dense, dpp, fixk, mdl, random, sliding_window, topk, votek, zero"):
-        assert line in out.stdout
+    for group in ("mode", "model", "retriever"):  # --help lists each group's options as conf/ holds them
+        options = ", ".join(sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")))
+        assert f"{group}: {options}" in out.stdout
     out = _cli("run_exp.py", "dataset.lenght=3")
     assert out.returncode != 0 and "lenght" in out.stderr
 
@@ -235,8 +236,9 @@ def test_sample_stage_dry_run_from_the_cli(tmp_path, morehopqa_path):
 
 @pytest.mark.slow
 def test_prepare_data_cli_is_deterministic_and_keeps_existing(tmp_path):
-    args = ["dataset=niah_mv_v2", "length=512", "dataset.num_samples=6", "dataset.seed=7", f"paths.data_dir={tmp_path / 'd'}",
-            f"paths.model_cache_dir={CACHE_DIR}", f"hydra.run.dir={tmp_path / 'run'}"]
+    args = ["dataset=niah_mv_v2", "length=512", "dataset.num_samples=6", "dataset.seed=7",
+            f"paths.data_dir={tmp_path / 'd'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("prepare_data.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     f = tmp_path / "d" / "ruler_multihop" / "512" / "niah_mv_v2" / "validation.jsonl"

@@ -1,6 +1,6 @@
 """Generators: the OpenAI-compatible client against a real local HTTP server speaking chat completions (429, 5xx,
-timeouts, bad JSON, the response cache, the concurrency limit), replay on a hand-written file, the hf generator's batching
-(left padding, EOS stop, failures isolated) and, slow, on SmolLM2."""
+timeouts, bad JSON, the response cache, the concurrency limit), replay on a hand-written file, the hf generator's
+batching (left padding, EOS stop, failures isolated) and, slow, on SmolLM2."""
 
 import json
 import threading
@@ -261,7 +261,8 @@ def test_openai_generator_from_its_yaml(server, tmp_path):
 # --- replay ---------------------------------------------------------------------------------------------------------
 
 def write_lines(path, lines):
-    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines), encoding="utf-8")
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    path.write_text(text, encoding="utf-8")
     return path
 
 

@@ -106,8 +106,8 @@ def test_model_judge_uses_the_spec_prompts_and_parse():
     items = [JudgeItem("It is Paris.", "Paris"), JudgeItem("Lyon", "Paris"), JudgeItem("x", "y")]
     verdicts = j.judge(items)
     assert verdicts == [Verdict(True, "True"), Verdict(False, "no"), Verdict(False, "", error="out of memory")]
-    assert [r.messages for r in j._gen.seen] == [judge_messages("Paris", "It is Paris."), judge_messages("Paris", "Lyon"),
-                                                 judge_messages("y", "x")]
+    assert [r.messages for r in j._gen.seen] == [judge_messages("Paris", "It is Paris."),
+                                                 judge_messages("Paris", "Lyon"), judge_messages("y", "x")]
     assert ModelJudge().judge([]) == []
     with pytest.raises(RuntimeError, match="no model handed over"):
         ModelJudge().judge(items)
