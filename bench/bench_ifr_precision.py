@@ -10,8 +10,8 @@ paragraphs, then the answer). The sink span is the last 20 tokens before EOS, th
 
 Methods: ``ifr_span``, ``ifr_multi_hop`` (K=1), ``ifr_multi_hop_both`` (K=1), and per-token IFR on ``--rows`` generated
 rows spread over the generation (capture + ``per_token_ifr`` on those rows; every row in float64 would take too long).
-The reference is the current code on the model loaded in float64 (``model.dtype=float64``: capture and arithmetic in
-float64). Errors are over the prompt columns of the written row(s):
+The accuracy reference is the current code on the model loaded in float64 (``model.dtype=float64``: capture and
+arithmetic in float64). Errors are over the prompt columns of the written row(s):
 
 - ``err/max``: max |a - b| / max |b|;
 - ``med`` / ``p99``: median and 99th percentile of |a - b| / |b| over the elements with |b| > 1e-6 max |b| (FLOOR);

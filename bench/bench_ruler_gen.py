@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-samples", type=int, default=500)
     ap.add_argument("--length", type=int, default=1024)
-    ap.add_argument("--tasks", default="all", help="'all' (the reference RULER tasks), 'every' (+ upstream variants) "
-                                                   "or a comma-separated list")
+    ap.add_argument("--tasks", default="all", help="'all' (the RULER tasks of FlashTrace's Table 1), 'every' "
+                                                   "(+ upstream variants) or a comma-separated list")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--morehopqa", type=Path, default=None, help="MoreHopQA-format file (default: the packaged sample)")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / ".cache")

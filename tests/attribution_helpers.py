@@ -61,7 +61,7 @@ def method_classes() -> dict:
     classes = (A.SpanIFRAttributor, A.AllPositionsIFRAttributor, A.MultiHopIFRAttributor, A.MultiHopBothAttributor,
                A.AttentionAttributor, A.InputXGradientAttributor, A.IntegratedGradientsAttributor, A.RandomAttributor,
                A.AttnLRPAttributor, A.FTAttnLRPAttributor, A.PerturbationAttributor, A.ContextCiteAttributor)
-    return {cls.method: cls for cls in classes}
+    return {cls.name: cls for cls in classes}
 
 
 def make(method: str, **params):

@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.part import neutral
-from ctxbench.retrievers.base import Retrieved, TextRetriever, check_ice_num, top_k
+from ctxbench.part import neutral, param
+from ctxbench.retrievers.base import Retrieved, TextRetriever, top_k
 
 
 @dataclass(kw_only=True)
@@ -19,15 +19,9 @@ class OverlapRetriever(TextRetriever):
     name: ClassVar[str] = "overlap"
     calls: ClassVar[int] = 0
 
-    ice_num: int = 2
+    ice_num: int = param(2, ge=0)
     lowercase: bool = True
-    num_workers: int = neutral(1)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_ice_num(self.ice_num)
-        if not isinstance(self.num_workers, int) or self.num_workers < 1:
-            raise ValueError(f"num_workers={self.num_workers!r}: expected an integer >= 1")
+    num_workers: int = neutral(1, ge=1)
 
     def _words(self, text: str) -> set[str]:
         return set((text.lower() if self.lowercase else text).split())

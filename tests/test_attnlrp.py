@@ -365,11 +365,11 @@ def test_ft_attnlrp_no_norm_and_defaults():
 
 def test_parameters_are_checked():
     for bad, name in ((dict(epsilon=-1.0), "epsilon"), (dict(row_batch=0), "row_batch")):
-        with pytest.raises(ValueError, match=f"attnlrp: {name}"):
+        with pytest.raises(ValueError, match=f"^{name}=.*: (must|expected)"):
             AttnLRPAttributor(**bad)
     for bad, name in ((dict(hops=-1), "hops"), (dict(neg_handling="clip"), "neg_handling"),
                       (dict(norm_mode="l2"), "norm_mode"), (dict(epsilon=float("nan")), "epsilon")):
-        with pytest.raises(ValueError, match=f"ft_attnlrp: {name}"):
+        with pytest.raises(ValueError, match=f"^{name}=.*: (must|expected)"):
             FTAttnLRPAttributor(**bad)
 
 

@@ -307,7 +307,7 @@ def test_parameters_checked_when_built():
 
     with pytest.raises(ValueError, match="hop0='first'"):
         MultiHopBothAttributor(hop0="first")
-    with pytest.raises(ValueError, match="hops must be >= 0"):
+    with pytest.raises(ValueError, match=r"^hops=-1: must be >= 0$"):
         MultiHopIFRAttributor(hops=-1)
     with pytest.raises(ValueError, match="ig_steps"):
         AttentionAttributor(times_ig=True, ig_steps=1)

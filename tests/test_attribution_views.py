@@ -28,7 +28,7 @@ def test_seq_row_rec_by_hand(M):
 
 def test_rec_keeps_own_column_and_mass():
     # IFR rows include the sink itself: row 1 keeps its own column; row 0's self-mass lands on column P+0, which
-    # the spec's loop zeroes after passing it on (r[P+k] = 0)
+    # CAGE's loop zeroes after passing it on (r[P+k] = 0)
     M = np.array([[1, 0, 1, 0], [0, 1, 1, 2]], dtype=np.float32)
     r = views.rec(M, P, (1, 1))
     np.testing.assert_allclose(r, [0.125, 0.25, 0.0, 0.5])

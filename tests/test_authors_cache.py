@@ -1,4 +1,4 @@
-"""Caches made elsewhere: rows in the FlashTrace reference's exp/exp2/data format (spans in its own Qwen3 tokenizer, no
+"""Caches made elsewhere: rows in FlashTrace's exp/exp2/data format (spans in its own Qwen3 tokenizer, no
 id, no span_tokenizer) load for any model, with spans redone from the boxed answer's characters and ids from positions.
 """
 
@@ -33,8 +33,8 @@ THINKING = (f"Both needles name quiet-river. I could write: {BOXED} Let me check
 
 
 def reference_row(thinking=THINKING, boxed=BOXED, sink=(20, 31)):
-    """One line as the reference's sample_and_filter.py writes it: target = thinking + newline + boxed answer, spans
-    in the reference's tokenizer (here deliberately wrong for ours), no id, no span_tokenizer, no sink_char_span."""
+    """One line as FlashTrace's sample_and_filter.py writes it: target = thinking + newline + boxed answer, spans
+    in FlashTrace's tokenizer (here deliberately wrong for ours), no id, no span_tokenizer, no sink_char_span."""
     needle_spans = [{"span": [INPUT.index(n), INPUT.index(n) + len(n)], "sentence": n} for n in NEEDLES]
     return {"prompt": INPUT + ANSWER_PREFIX, "target": thinking + "\n" + boxed, "indices_to_explain": list(sink),
             "attr_mask_indices": [2, 4], "sink_span": list(sink), "thinking_span": [0, sink[0] - 1],
@@ -54,13 +54,13 @@ def write_rows(path, rows):
 
 @pytest.fixture
 def authors_file(tmp_path):
-    # the second row's reference spans lie past the end of the target in SmolLM2's tokens
+    # the second row's FlashTrace spans lie past the end of the target in SmolLM2's tokens
     return write_rows(tmp_path / "niah_mq_q2.jsonl",
                       [reference_row(), reference_row(*SHORT, sink=(120, 131))])
 
 
 def hand_spans(tok, target, answer):
-    """The reference's rule, by hand: tokens overlapping the answer's last occurrence; thinking = everything before."""
+    """FlashTrace's rule, by hand: tokens overlapping the answer's last occurrence; thinking = everything before."""
     start = target.rfind(answer)
     end = start + len(answer)
     offsets = tok(target, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
@@ -79,7 +79,7 @@ def test_reference_rows_get_our_spans_and_ids(smol_tokenizer, authors_file, tmp_
         assert (sink, think, origin) == (*hand_spans(tok, ex.target, boxed), "recomputed")
         ids = tok(ex.target, add_special_tokens=False)["input_ids"]
         assert tok.decode(ids[sink[0]:sink[1] + 1]).strip() == boxed and sink[1] == len(ids) - 1
-        assert sink != ex.sink_span  # the reference's (wrong for this tokenizer) spans are not used
+        assert sink != ex.sink_span  # FlashTrace's (wrong for this tokenizer) spans are not used
     # the sink is the boxed sentence after the chain of thought, not its copy inside it
     assert example_spans(examples[0], tok)[0][0] >= len(tok(THINKING, add_special_tokens=False)["input_ids"])
     # the evidence stays in prompt characters: recovery finds both needles

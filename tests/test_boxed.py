@@ -1,4 +1,4 @@
-"""The format check split_boxed_generation: balanced braces, the spec's rejection rules, which box wins."""
+"""The format check split_boxed_generation: balanced braces, FlashTrace's rejection rules, which box wins."""
 
 import pytest
 
@@ -30,7 +30,7 @@ def test_plain_box_and_boxed():
 
 
 def test_nested_braces_are_balanced():
-    # the reference's non-greedy regex would stop at the first closing brace
+    # FlashTrace's non-greedy regex would stop at the first closing brace
     r = accepted("We compute. \\box{the set {1, {2}} has \\frac{1}{2} of them}")
     assert r.answer == "the set {1, {2}} has \\frac{1}{2} of them"
     r = accepted("x \\boxed{\\boxed{inner} outer}")  # a box inside the box is part of the answer

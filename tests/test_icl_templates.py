@@ -1,5 +1,6 @@
-"""ICL templates: every worked example of specs/icl.md and of the AISBench seed, with the retrievers that pick the
-examples; dialogue templates as chat messages (SmolLM2's chat template) and as text; unknown placeholders; refusals."""
+"""ICL templates: every worked example of OpenCompass's openicl templates and of AISBench, with the retrievers
+that pick the examples; dialogue templates as chat messages (SmolLM2's chat template) and as text; unknown
+placeholders; refusals."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _prompts(template: ICLTemplate, retriever, train=TRAIN, test=TEST) -> list[s
             for row, h in zip(test, retriever.retrieve(test))]
 
 
-# --- specs/icl.md worked examples ------------------------------------------------------------------------------
+# --- OpenCompass openicl worked examples ------------------------------------------------------------------------
 
 def test_spec_worked_example_fixk_string_templates():
     t = ICLTemplate(ice_template="{question}\n{answer}",
@@ -49,7 +50,7 @@ def test_separator_and_eos_of_string_examples():
     assert t.render(TEST[0], TRAIN).text == "tq0=ta0 | tq1=ta1 || Q0="
 
 
-# --- the seed's (AISBench) examples ----------------------------------------------------------------------------
+# --- AISBench's examples ---------------------------------------------------------------------------------------
 
 RACE_TRAIN = [{"id": f"r{i}", "article": f"Article {c}...", "question": f"Question {i + 1}",
                "A": "a", "B": "b", "C": "c", "D": "d", "answer": ans}

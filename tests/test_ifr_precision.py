@@ -156,8 +156,8 @@ def runs(smollm2, smollm2_f64):
             for key, lm in (("f32", smollm2), ("f64", smollm2_f64)):
                 for att in (MultiHopIFRAttributor(hops=1), MultiHopBothAttributor(hops=1)):
                     r = att.attribute(lm.model, tok, mi, sink, think)
-                    res[att.method, key] = [r.matrix[int(r.rows_written[0]), :r.P]]
-                    if att.method == "ifr_multi_hop":
+                    res[att.name, key] = [r.matrix[int(r.rows_written[0]), :r.P]]
+                    if att.name == "ifr_multi_hop":
                         res["ifr_span", key] = [r.hop_vectors[0, :r.P]]
                 cap = caps[id(lm.model), int(mi.input_ids.numel())]
                 M = per_token_ifr(cap, torch.as_tensor(rows) + mi.gen_start)

@@ -1,5 +1,5 @@
-"""Judges: the rule judge's normalisation (documented in docs/sampling.md), the spec's judge prompts and parse rule, the
-model judge (a stand-in LM; slow: SmolLM2) and the openai judge against a local chat-completions server."""
+"""Judges: the rule judge's normalisation (documented in docs/sampling.md), FlashTrace's judge prompts and parse
+rule, the model judge (a stand-in LM; slow: SmolLM2) and the openai judge against a local chat-completions server."""
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -42,7 +42,7 @@ def test_normalisation(text, tokens):
     ("He was 3.00 metres tall", "3 metres", "contains"),
     ("ＴＯＫＹＯ", "Tokyo", "exact"),
     ("Barack Obama was the president", "Barack Obama", "contains"),
-    ("Obama", "Barack Obama", None),  # a part of the reference is not enough
+    ("Obama", "Barack Obama", None),  # a part of the reference answer is not enough
     ("The answer is 30", "3", None),  # token-wise: 30 does not contain 3
     ("The answer is 1000", "100", None),
     ("Parisian food", "Paris", None),

@@ -5,9 +5,11 @@ stage and preview_prompts, and what it stored is reused when only num_workers ch
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -154,3 +156,137 @@ def test_a_plugin_retriever_through_retrieval_sampling_and_preview(tmp_path, mon
     assert preview_stage(pcfg, str(tmp_path))["rows"] == 2
     recs = [json.loads(line) for line in rows.read_text().splitlines()]
     assert all(len(r["retrieved"]) == 2 for r in recs)
+
+
+# --- value checks declared on the fields -----------------------------------------------------------------------------
+
+def test_a_check_says_why_in_one_style():
+    from ctxbench.part import Check
+
+    assert Check(ge=1).problem(0) == "must be >= 1" and Check(ge=1).problem(1) is None
+    assert Check(gt=0).problem(0) == "must be > 0" and Check(gt=0).problem(1e-12) is None
+    assert Check(le=1).problem(1.5) == "must be <= 1" and Check(lt=1).problem(1) == "must be < 1"
+    assert Check(gt=0, le=1).problem(0) == "must lie in (0, 1]" and Check(gt=0, le=1).problem(1) is None
+    assert Check(ge=0, lt=1).problem(1.0) == "must lie in [0, 1)"
+    assert Check(ge=0.5).problem(0.25) == "must be >= 0.5"
+    assert Check(ge=0).problem(float("nan")) == "must be >= 0"  # NaN is never in range
+    assert Check(ge=0).problem(True) == "must be a number" and Check(ge=0).problem("3") == "must be a number"
+    assert Check(choices=("a", None)).problem("b") == "expected one of a, null"
+    assert Check(choices=("a",)).problem(None) == "must be set"
+    assert Check(ge=1, nullable=True).problem(None) is None
+
+
+def _checked_classes():
+    from ctxbench.part import param
+
+    seen = []
+
+    @dataclass
+    class Base(Part):
+        k: int = param(1, ge=1)
+        how: str = param("a", choices=("a", "b"))
+
+        def __post_init__(self):
+            seen.append(("base", self.k))  # runs only on fields already in range
+
+    @dataclass
+    class NoSuper(Base):
+        limit: Optional[int] = param(None, gt=0)
+
+        def __post_init__(self):  # forgets super().__post_init__(): the declared checks still run
+            seen.append(("nosuper", self.limit))
+
+    @dataclass
+    class Plain(Part):  # no __post_init__ of its own
+        r: float = param(0.5, ge=0, le=1)
+
+    return Base, NoSuper, Plain, seen
+
+
+def test_declared_checks_run_when_a_part_is_built_before_its_own_post_init():
+    Base, NoSuper, Plain, seen = _checked_classes()
+    Base(k=2)
+    assert seen == [("base", 2)]
+    for cls, bad, message in ((Base, dict(k=0), "k=0: must be >= 1"),
+                              (Base, dict(how="c"), "how='c': expected one of a, b"),
+                              (Base, dict(k=1.5), "k=1.5: must be an integer"),
+                              (NoSuper, dict(limit=0), "limit=0: must be > 0"),
+                              (NoSuper, dict(k=-3), "k=-3: must be >= 1"),
+                              (Plain, dict(r=2.0), "r=2.0: must lie in [0, 1]")):
+        with pytest.raises(ConfigError) as err:
+            cls(**bad)
+        assert str(err.value) == message
+    assert seen == [("base", 2)]  # no refused part ran its own __post_init__
+    NoSuper(limit=None)
+    Plain(r=1.0)
+    assert seen[-1] == ("nosuper", None)
+
+
+def _part_classes():
+    """Every class a conf/ option names, and the part classes nested in them (dataclass fields typed as parts)."""
+    from hydra.utils import get_class
+
+    from ctxbench.models.embedder import Embedder
+    from ctxbench.parts import find_targets
+    from ctxbench.retrievers.ann import IndexSettings
+
+    classes = {get_class(t) for t in find_targets(ROOT / "conf").values()} | {Embedder, IndexSettings}
+    return sorted((c for c in classes if dataclasses.is_dataclass(c)), key=lambda c: f"{c.__module__}.{c.__name__}")
+
+
+def _outside(check):
+    """Values just outside each bound and choice of a check, with the message each gets."""
+    from ctxbench.part import Check
+
+    out = []
+    if check.choices is not None:
+        out.append(("not-an-option", check.problem("not-an-option")))
+    for bound, step in ((check.ge, -1), (check.gt, 0), (check.le, 1), (check.lt, 0)):
+        if bound is not None:
+            value = bound + step if float(bound).is_integer() else bound + step * 0.5
+            out.append((value, check.problem(value)))
+    assert all(problem for _, problem in out), (check, out)
+    assert isinstance(check, Check)
+    return out
+
+
+def test_every_declared_bound_of_every_part_refuses_the_value_just_outside_and_keeps_its_default():
+    from ctxbench.part import CHECK, check_params
+
+    checked = 0
+    for cls in _part_classes():
+        fields = dataclasses.fields(cls)
+        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else
+                    f.default_factory() if f.default_factory is not dataclasses.MISSING else None for f in fields}
+        for f in fields:
+            check = f.metadata.get(CHECK)
+            if check is None:
+                continue
+            # the default passes its own check (a required field has none: it is not checked here)
+            if f.default is not dataclasses.MISSING:
+                assert check.problem(f.default) is None, (cls, f.name, f.default)
+            for value, problem in _outside(check):
+                part = object.__new__(cls)
+                for name, v in {**defaults, f.name: value}.items():
+                    object.__setattr__(part, name, v)
+                with pytest.raises(ConfigError) as err:
+                    check_params(part)
+                assert str(err.value) == f"{f.name}={value!r}: {problem}", cls
+                checked += 1
+    assert checked >= 40  # the declarations are there (about 50 bounds and choices over the parts)
+
+
+def test_a_bad_value_on_the_command_line_is_one_line_naming_the_key():
+    from ctxbench.attribution.base import Attributor
+    from ctxbench.datasets.base import Dataset
+    from ctxbench.parts import build, build_all
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="run", overrides=["attribution=[ifr_multi_hop,attention]",
+                                                    "attribution.ifr_multi_hop.hops=-1", "length=0"])
+    with pytest.raises(ConfigError) as err:
+        build_all(cfg.attribution, "attribution", Attributor)
+    assert str(err.value) == "attribution.ifr_multi_hop: hops=-1: must be >= 0"
+    with pytest.raises(ConfigError) as err:  # a config error, not an unknown dataset
+        build(cfg.dataset, "dataset", Dataset)
+    assert str(err.value) == "dataset: length=0: must be >= 1"

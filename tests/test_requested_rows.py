@@ -83,13 +83,13 @@ def test_bad_rows_are_refused():
 
 
 class _Spy(Attributor):
-    method = "spy"
+    name = "spy"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         self.rows = ctx.rows
         A = empty_matrix(ctx.G, ctx.P)
         A[ctx.row_indices()] = 1.0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=ctx.row_indices())
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=ctx.row_indices())
 
 
 @pytest.mark.parametrize("views,expected", [(("row",), [2, 3]), (("rec",), [0, 1, 2, 3]), (("seq", "row"), None)])

@@ -199,7 +199,7 @@ def test_zero_returns_nothing():
 
 
 def test_fixk_checks_every_index_when_built():
-    with pytest.raises(ValueError, match=r"fix_id_list index -1 is out of range of \[0, len\(pool\)\)"):
+    with pytest.raises(ValueError, match=r"fix_id_list=\[0, -1\]: index -1 is out of range of \[0, len\(pool\)\)"):
         FixKRetriever(fix_id_list=[0, -1])
     with pytest.raises(ValueError, match=r"fix_id_list index 7 is out of range of \[0, 5\)"):
         FixKRetriever(fix_id_list=[0, 7, 1]).fit(POOL[:5])

@@ -207,7 +207,7 @@ def test_write_task_is_deterministic_and_atomic(smol_tokenizer, morehopqa_path, 
 
 
 def test_registry_and_errors(smol_tokenizer):
-    assert len(REFERENCE_TASKS) == 11  # + morehopqa and math = the 13 rows of the reference table
+    assert len(REFERENCE_TASKS) == 11  # + morehopqa and math = the 13 rows of FlashTrace's Table 1
     for t in ("niah_single_1", "niah_single_2", "niah_single_3",
               "niah_multikey_1", "niah_multikey_2", "niah_multikey_3"):
         assert t in TASKS

@@ -39,7 +39,7 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
         assert figures[m][0] < figures["random"][0], "IFR should delete the evidence first (lower RISE)"
         assert figures[m][2] > figures["random"][2], "IFR should recover the needles better than chance"
         assert summary[m]["recovery"]["seq"]["recall"]["n"] == 4 and summary[m]["examples"] == 4
-    # Files: per-example lines, reference CSVs, Markdown, plots, heat map, traces.
+    # Files: per-example lines, FlashTrace-layout CSVs, Markdown, plots, heat map, traces.
     lines = (out / RESULTS).read_text().splitlines()
     assert len(lines) == 12
     rec = json.loads(lines[0])

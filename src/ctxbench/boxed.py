@@ -2,7 +2,8 @@
 (docs/sampling.md).
 
 ``split_boxed_generation(text)`` returns a ``BoxedSplit`` or a ``Rejection`` whose ``reason`` is one of the short,
-stable strings in ``REJECTION_REASONS`` (the stage counts them). Rules (spec §3.3, with balanced braces):
+stable strings in ``REJECTION_REASONS`` (the stage counts them). Rules (FlashTrace's format check, with balanced
+braces):
 
 - a box is ``\\box`` or ``\\boxed``, optional whitespace, then an opening brace, ASCII ``{`` or full-width ``｛``; it
   ends at the brace (``}`` or ``｝``) that balances it, so nested braces belong to the answer; backslash-escaped braces

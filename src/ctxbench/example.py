@@ -45,7 +45,7 @@ class CachedExample:
     def _keeps_cached_spans(self, tokenizer) -> bool:
         """Whether the cached spans are in ``tokenizer``'s coordinates: it made them (``metadata.span_tokenizer``).
         A row that records no tokenizer counts as this one's only when it has no answer characters to redo them from
-        (a hand-made row): a cache made elsewhere, like the FlashTrace reference's (spans in its Qwen3 tokenizer),
+        (a hand-made row): a cache made elsewhere, like FlashTrace's code's (spans in its Qwen3 tokenizer),
         records none but has ``boxed_answer``."""
         made_by = self.metadata.get("span_tokenizer")
         if made_by is not None:
@@ -179,7 +179,7 @@ def _check_spans_for(example: CachedExample, tokenizer, file, line) -> None:
 
 
 def _number_unidentified(rows: list[tuple[int, CachedExample]], file) -> None:
-    """Give each row of a file without ids (a cache made elsewhere, e.g. the FlashTrace reference's) its position as
+    """Give each row of a file without ids (a cache made elsewhere, e.g. FlashTrace's code's) its position as
     ``metadata.index``: stable for the same file, which resuming by example id needs. A file where only some rows have
     an id is refused, since positions could collide with the ids that are there."""
     without = [(lineno, ex) for lineno, ex in rows if not ex.has_id]

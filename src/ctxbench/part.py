@@ -9,6 +9,11 @@ module says, once for all parts:
   (``stages/run.py``), the stored search results' key (``retrieval/search.py``) and what the report's consistency
   check compares (``reporting/aggregate.py``): a new part marks its own neutral fields where it declares them, and no
   list elsewhere has to learn them.
+- **which values a parameter may take.** A field declared with ``param(default, ge=..., choices=...)`` (or
+  ``neutral(default, ge=...)``) carries its bounds or choices; they are checked once, when the part is built (before
+  the part's own ``__post_init__`` runs, so that checks of one field against another see valid fields), and a bad
+  value is one ``ConfigError`` line in one style: ``hops=-1: must be >= 0``, ``method='x': expected one of a, b``
+  (the stage puts the config key in front: ``attribution.ifr_multi_hop: hops=-1: must be >= 0``).
 - **how the loaded LM is handed over.** A part with ``needs_lm`` is given the ``model`` group's loaded causal LM (a
   ``ctxbench.models.LoadedLM``) through ``use_lm`` by the stage, which loads the model only when some part needs it.
 """
@@ -16,16 +21,110 @@ module says, once for all parts:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any, ClassVar, Optional
 
+from ctxbench.errors import ConfigError
+
 NEUTRAL = "ctxbench.neutral"
+CHECK = "ctxbench.check"
 
 
-def neutral(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+def _bound(x: float) -> str:
+    return repr(x) if isinstance(x, float) and not x.is_integer() else str(int(x) if isinstance(x, float) else x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """The values one parameter may take: bounds (``ge``, ``gt``, ``le``, ``lt``) and/or ``choices``; ``None`` passes
+    only for a ``nullable`` field (one whose default is None: "unset", "automatic")."""
+
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    choices: Optional[tuple] = None
+    nullable: bool = False
+
+    def problem(self, value: Any) -> Optional[str]:
+        """Why ``value`` is refused, or None."""
+        if value is None:
+            return None if self.nullable else "must be set"
+        if self.choices is not None and value not in self.choices:
+            return "expected one of " + ", ".join("null" if c is None else str(c) for c in self.choices)
+        bounded = any(b is not None for b in (self.ge, self.gt, self.le, self.lt))
+        if not bounded:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+        lo = (self.ge, "[") if self.ge is not None else (self.gt, "(") if self.gt is not None else None
+        hi = (self.le, "]") if self.le is not None else (self.lt, ")") if self.lt is not None else None
+        ok = (lo is None or (value >= lo[0] if lo[1] == "[" else value > lo[0])) and \
+             (hi is None or (value <= hi[0] if hi[1] == "]" else value < hi[0]))
+        if ok:
+            return None
+        if lo is not None and hi is not None:
+            return f"must lie in {lo[1]}{_bound(lo[0])}, {_bound(hi[0])}{hi[1]}"
+        if lo is not None:
+            return f"must be {'>=' if lo[1] == '[' else '>'} {_bound(lo[0])}"
+        return f"must be {'<=' if hi[1] == ']' else '<'} {_bound(hi[0])}"
+
+
+def _field(default: Any, default_factory: Any, is_neutral: bool, check: Optional[Check]) -> Any:
+    metadata: dict[str, Any] = {}
+    if is_neutral:
+        metadata[NEUTRAL] = True
+    if check is not None:
+        metadata[CHECK] = check
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def _check(default: Any, ge, gt, le, lt, choices) -> Optional[Check]:
+    if all(x is None for x in (ge, gt, le, lt, choices)):
+        return None
+    return Check(ge=ge, gt=gt, le=le, lt=lt, choices=None if choices is None else tuple(choices),
+                 nullable=default is None)
+
+
+def param(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+          ge: Optional[float] = None, gt: Optional[float] = None, le: Optional[float] = None,
+          lt: Optional[float] = None, choices: Optional[Any] = None) -> Any:
+    """A dataclass field with the values it may take (module doc); checked when the part is built."""
+    return _field(default, default_factory, False, _check(default, ge, gt, le, lt, choices))
+
+
+def neutral(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+            ge: Optional[float] = None, gt: Optional[float] = None, le: Optional[float] = None,
+            lt: Optional[float] = None, choices: Optional[Any] = None) -> Any:
     """A dataclass field that does not change what the part computes (only how fast, where it caches, what it
-    shows): left out of ``settings_of``, so changing it keeps stored results usable."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={NEUTRAL: True})
+    shows): left out of ``settings_of``, so changing it keeps stored results usable. Bounds as in ``param``."""
+    return _field(default, default_factory, True, _check(default, ge, gt, le, lt, choices))
+
+
+def refuse(name: str, value: Any, problem: str) -> ConfigError:
+    """The one message style of a refused parameter value (for checks that relate two fields): raise the result."""
+    return ConfigError(f"{name}={value!r}: {problem}")
+
+
+INT_TYPES = (int, "int", "Optional[int]")
+
+
+def check_params(part: Any) -> None:
+    """Every declared ``Check`` of a dataclass part, in field order (an ``int`` field's value must also be an integer:
+    the config schema checks types, a part built in Python gets the same check); the first refused value raises
+    ``ConfigError``."""
+    for f in dataclasses.fields(part):
+        check = f.metadata.get(CHECK)
+        if check is None:
+            continue
+        value = getattr(part, f.name)
+        problem = check.problem(value)
+        if problem is None and value is not None and f.type in INT_TYPES \
+                and (isinstance(value, bool) or not isinstance(value, int)):
+            problem = "must be an integer"
+        if problem is not None:
+            raise refuse(f.name, value, problem)
 
 
 def is_neutral(f: dataclasses.Field) -> bool:
@@ -40,9 +139,30 @@ def neutral_fields(cls: type) -> frozenset[str]:
 
 
 class Part:
-    """Mixin of every part class (module doc)."""
+    """Mixin of every part class (module doc). ``name``: what results, logs and messages call the part by: the
+    option's name (``conf/attribution/ifr_multi_hop.yaml`` -> ``ifr_multi_hop``); a dataset its own ``name`` field, a
+    reranker its kind and model."""
 
+    name: ClassVar[str] = ""
     needs_lm: ClassVar[bool] = False  # uses the `model` group's causal LM: the stage loads it and calls use_lm()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The declared checks run before a class's own __post_init__, whether or not it calls super(): a part cannot
+        # forget them, and its cross-field checks see fields already known to be in range.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is not None and not getattr(own, "_after_checks", False):
+            @functools.wraps(own)
+            def post_init(self, *args: Any, **kw: Any) -> None:
+                check_params(self)
+                own(self, *args, **kw)
+
+            post_init._after_checks = True  # type: ignore[attr-defined]
+            cls.__post_init__ = post_init  # type: ignore[attr-defined]
+
+    def __post_init__(self) -> None:
+        if dataclasses.is_dataclass(self):
+            check_params(self)
 
     def use_lm(self, loaded_lm: Any) -> None:
         """Receive the ``model`` group's model (a ``ctxbench.models.LoadedLM``; None for an endpoint model). Parts

@@ -14,7 +14,7 @@ def eos_ids(tokenizer) -> list[int]:
 
 
 def eos_id(tokenizer) -> int:
-    """The id that stands in for deleted tokens and baselines: the (first) EOS id, as the reference uses."""
+    """The id that stands in for deleted tokens and baselines: the (first) EOS id, as FlashTrace's code uses."""
     ids = eos_ids(tokenizer)
     if not ids:
         raise ValueError(f"tokenizer {tokenizer_name(tokenizer)!r} has no EOS token to pad with")

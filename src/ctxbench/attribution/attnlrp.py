@@ -1,5 +1,5 @@
 """AttnLRP (docs/attribution.md, "AttnLRP"): ``attnlrp``, the relevance of each generated token's logit for every
-input token, and ``ft_attnlrp``, the multi-hop recursion of spec §4.3 with AttnLRP hop vectors.
+input token, and ``ft_attnlrp``, the multi-hop recursion of FlashTrace with AttnLRP hop vectors.
 
 One forward pass under the rules of ``lrp_rules`` builds the graph; each explained combination of logits is one
 backward pass through it. Relevance is linear in what is explained, so the relevance of ``sum_t w_t logit_t`` is the
@@ -18,9 +18,9 @@ import torch
 from ctxbench.attribution.base import Attributor
 from ctxbench.attribution.baselines import _Baseline, _predicting_rows, explaining
 from ctxbench.attribution.lrp_rules import attnlrp_rules, linear_rule
-from ctxbench.attribution.multi_hop import _check_hops, _result, hop_recursion, observation_mask
+from ctxbench.attribution.multi_hop import _result, hop_recursion, observation_mask
 from ctxbench.models.attention import attention_kernel
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param
 
 
 class LRPPass:
@@ -28,8 +28,8 @@ class LRPPass:
     backward pass per call of ``relevance``.
 
     ``logits`` (G,): the logit of generated token t where it is predicted (position gen_start + t - 1), the explained
-    quantity of the reference. ``x0`` (1, T, d): the first layer's input, whose ``x0 * gradient`` (summed over d) is
-    the token relevance.
+    quantity of FlashTrace's AttnLRP baseline. ``x0`` (1, T, d): the first layer's input, whose ``x0 * gradient``
+    (summed over d) is the token relevance.
     """
 
     def __init__(self, model, ctx, epsilon: float, attn_impl: Optional[str]):
@@ -57,16 +57,12 @@ class LRPPass:
 @dataclass
 class _LRPMethod(Attributor):
     """Parameters both AttnLRP methods share. ``epsilon``: the epsilon rule's stabiliser on every linear layer (0,
-    the default, is the plain gradient there, as in the reference and the LXT package); ``forward_attn_impl``: the
+    the default, is the plain gradient there, as in FlashTrace's code and the LXT package); ``forward_attn_impl``: the
     attention kernel of the pass ("sdpa" needs no T x T matrix per layer in the backward pass on CPU; the gradients
     are the same up to rounding); ``None`` keeps the loaded kernel."""
 
-    epsilon: float = 0.0
+    epsilon: float = param(0.0, ge=0)
     forward_attn_impl: Optional[str] = "sdpa"
-
-    def __post_init__(self):
-        if not self.epsilon >= 0:
-            raise ValueError(f"{self.method}: epsilon must be >= 0, got {self.epsilon}")
 
     def _lrp_pass(self, model, ctx, timings) -> LRPPass:
         t0 = time.perf_counter()
@@ -80,13 +76,8 @@ class AttnLRPAttributor(_LRPMethod, _Baseline):
     """Row t: AttnLRP relevance of generated token t's logit for each column (the causal past; raw, signed).
     ``row_batch`` rows share one batched backward pass (more memory, fewer passes)."""
 
-    method: ClassVar[str] = "attnlrp"
-    row_batch: int = neutral(1)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.row_batch < 1:
-            raise ValueError(f"{self.method}: row_batch must be >= 1, got {self.row_batch}")
+    name: ClassVar[str] = "attnlrp"
+    row_batch: int = neutral(1, ge=1)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         with explaining(model):
@@ -109,23 +100,15 @@ class FTAttnLRPAttributor(_LRPMethod):
     with AttnLRP hop vectors: hop k explains the logits of its rows weighted as the recursion says.
 
     Each hop vector keeps only the prompt and generated tokens (template tokens 0), then ``neg_handling``: "drop"
-    (negative relevance -> 0, the reference's default) or "abs"; with ``norm_mode="norm"`` (default) the explained
+    (negative relevance -> 0, FlashTrace's default) or "abs"; with ``norm_mode="norm"`` (default) the explained
     weights and each hop vector are normalised to sum 1 and later hops count with the ratio rho, with "no_norm"
-    neither is normalised and every hop counts 1, as in the reference.
+    neither is normalised and every hop counts 1, as in FlashTrace's code.
     """
 
-    method: ClassVar[str] = "ft_attnlrp"
-    hops: int = 1
-    neg_handling: str = "drop"
-    norm_mode: str = "norm"
-
-    def __post_init__(self):
-        super().__post_init__()
-        _check_hops(self.method, self.hops)
-        if self.neg_handling not in NEG_HANDLING:
-            raise ValueError(f"{self.method}: neg_handling={self.neg_handling!r}: expected 'drop' or 'abs'")
-        if self.norm_mode not in NORM_MODES:
-            raise ValueError(f"{self.method}: norm_mode={self.norm_mode!r}: expected 'norm' or 'no_norm'")
+    name: ClassVar[str] = "ft_attnlrp"
+    hops: int = param(1, ge=0)
+    neg_handling: str = param("drop", choices=NEG_HANDLING)
+    norm_mode: str = param("norm", choices=NORM_MODES)
 
     def _hop(self, lp: LRPPass, ctx):
         norm = self.norm_mode == "norm"

@@ -55,11 +55,12 @@ class Attributor(Part, ABC):
     """Builds a G x (P+G) attribution matrix for one model input.
 
     Subclasses are dataclasses: their typed fields are the method's parameters (the config node of
-    ``conf/attribution/<name>.yaml`` holds ``_target_`` plus these keywords) and ``__post_init__`` checks their values,
-    so a bad setting fails when the method is built, before any model is loaded.
+    ``conf/attribution/<name>.yaml`` holds ``_target_`` plus these keywords), with their bounds and choices declared
+    on the fields (``ctxbench.part.param``), so a bad setting fails when the method is built, before any model is
+    loaded. ``name``: the method's option name, which results and reports carry.
     """
 
-    method: ClassVar[str] = ""
+    name: ClassVar[str] = ""
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
                   rows: Optional[Sequence[int]] = None) -> AttributionResult:

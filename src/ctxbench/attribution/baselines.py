@@ -21,7 +21,7 @@ from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param
 from ctxbench.tokens import eos_id
 
 
@@ -35,7 +35,7 @@ class _Baseline(Attributor):
         A[rows] = np.where(causal_column_mask(ctx.P, ctx.G)[rows], ctx.to_columns(full).detach().float().cpu().numpy(),
                            0.0)
         timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows)
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows)
 
 
 def _predicting_rows(ctx, rows: Optional[np.ndarray] = None) -> torch.Tensor:
@@ -45,26 +45,18 @@ def _predicting_rows(ctx, rows: Optional[np.ndarray] = None) -> torch.Tensor:
     return ctx.gen_start - 1 + t
 
 
-def _check_ig(method: str, steps: int, batch: int) -> None:
-    if steps < 2 or batch < 1:
-        raise ValueError(f"{method}: ig_steps must be >= 2 and ig_batch >= 1, got {steps} and {batch}")
-
-
 @dataclass
 class AttentionAttributor(_Baseline):
     """Head-mean attention of layer ``layer`` (the last: -1), recomputed from one captured pass.
     ``times_ig``: multiply by integrated gradients (``ig_steps`` points, ``ig_batch`` per forward pass, attention
     kernel ``attn_implementation`` for them)."""
 
-    method: ClassVar[str] = "attention"
+    name: ClassVar[str] = "attention"
     layer: int = -1
     times_ig: bool = False
-    ig_steps: int = 20
-    ig_batch: int = neutral(4)
+    ig_steps: int = param(20, ge=2)
+    ig_batch: int = neutral(4, ge=1)
     attn_implementation: Optional[str] = "sdpa"
-
-    def __post_init__(self):
-        _check_ig(self.method, self.ig_steps, self.ig_batch)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
@@ -160,7 +152,7 @@ class _GradBaseline(_Baseline):
 
 @dataclass
 class InputXGradientAttributor(_GradBaseline):
-    method: ClassVar[str] = "input_x_gradient"
+    name: ClassVar[str] = "input_x_gradient"
 
     def _scores(self, model, tokenizer, ctx):
         x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
@@ -171,12 +163,9 @@ class InputXGradientAttributor(_GradBaseline):
 class IntegratedGradientsAttributor(_GradBaseline):
     """``ig_steps`` interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward pass."""
 
-    method: ClassVar[str] = "integrated_gradients"
-    ig_steps: int = 20
-    ig_batch: int = neutral(4)
-
-    def __post_init__(self):
-        _check_ig(self.method, self.ig_steps, self.ig_batch)
+    name: ClassVar[str] = "integrated_gradients"
+    ig_steps: int = param(20, ge=2)
+    ig_batch: int = neutral(4, ge=1)
 
     def _scores(self, model, tokenizer, ctx):
         return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation)
@@ -187,7 +176,7 @@ class RandomAttributor(_Baseline):
     """Uniform [0, 1) scores on the causal past, from ``seed`` mixed with the input ids, so the same example always
     gets the same matrix (the config passes the run's top-level ``seed``)."""
 
-    method: ClassVar[str] = "random"
+    name: ClassVar[str] = "random"
     seed: int = 0
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):

@@ -4,8 +4,8 @@ What is kept per layer (batch of one), in the capture's dtype: float32, or float
 (the accuracy reference: ``model.dtype=float64``):
 - ``h``: the attention block's input, i.e. the normalised residual ``norm(x_prev)`` for every position. Values, keys and
   queries are plain projections of it, so the norm never has to be re-derived ("linearised") from ``x_prev``;
-  ``v_j = norm(x_prev_j) W_V (+ b_V)`` is exactly the spec's ``(x_prev_j * s_j) W_V`` (for LayerNorm the centring and
-  its bias are part of ``norm``).
+  ``v_j = norm(x_prev_j) W_V (+ b_V)`` is exactly IFR's linearised ``(x_prev_j * s_j) W_V`` (for LayerNorm the
+  centring and its bias are part of ``norm``).
 - ``x_prev`` / ``x_mid`` only for the rows that can be sinks (``row_start:``); IFR never needs them elsewhere.
 - optionally the eager attention probabilities of those rows (the "stored" mode), never the whole T x T.
 - with an sdpa pass on the CPU: the queries, keys and values the kernel got, and the log-sum-exp of each of those

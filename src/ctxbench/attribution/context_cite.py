@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
-from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores, check_batch_size,
-                                               check_choice, spread_onto_tokens)
-from ctxbench.part import neutral
+from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores,
+                                               spread_onto_tokens)
+from ctxbench.part import neutral, param, refuse
 from ctxbench.tokens import eos_id
 
 # --- the surrogate ----------------------------------------------------------------------------------------------
@@ -110,28 +110,20 @@ class ContextCiteAttributor(Attributor):
     R^2 and the ablation count are reported in the result's ``info``.
     """
 
-    method: ClassVar[str] = "context_cite"
+    name: ClassVar[str] = "context_cite"
     n_ablations: int = 64
-    keep_prob: float = 0.5
-    alpha: float = 0.01
-    holdout: float = 0.2
-    spread: str = "copy"
+    keep_prob: float = param(0.5, gt=0, lt=1)
+    alpha: float = param(0.01, ge=0)
+    holdout: float = param(0.2, gt=0, lt=1)
+    spread: str = param("copy", choices=SPREADS)
     seed: int = 0
-    batch_size: int = neutral(4)
+    batch_size: int = neutral(4, ge=1)
     forward_attn_impl: Optional[str] = "sdpa"
 
     def __post_init__(self):
-        if not 0 < self.keep_prob < 1:
-            raise ValueError(f"{self.method}: keep_prob must lie in (0, 1), got {self.keep_prob}")
-        if not 0 < self.holdout < 1:
-            raise ValueError(f"{self.method}: holdout must lie in (0, 1), got {self.holdout}")
-        if self.alpha < 0:
-            raise ValueError(f"{self.method}: alpha must be >= 0, got {self.alpha}")
         if self.n_ablations - max(2, round(self.holdout * self.n_ablations)) < 2:
-            raise ValueError(f"{self.method}: n_ablations={self.n_ablations} leaves fewer than 2 ablations to fit "
-                             f"once {self.holdout:g} of them (at least 2) are held out")
-        check_choice(self.method, "spread", self.spread, SPREADS)
-        check_batch_size(self.method, self.batch_size)
+            raise refuse("n_ablations", self.n_ablations, f"leaves fewer than 2 ablations to fit once {self.holdout:g} "
+                         "of them (at least 2) are held out")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
@@ -152,7 +144,7 @@ class ContextCiteAttributor(Attributor):
             A[np.ix_(rows, cols)] = spread_onto_tokens(fit.weights[u], cols, self.spread)
         timings["attribution"] = time.perf_counter() - t0
         r2 = fit.heldout_r2
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows,
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows,
                                  info={"ablations": self.n_ablations, "heldout": int(test.size),
                                        "heldout_r2": r2 if np.isfinite(r2) else None,
                                        "prompt_sentences": len(units.prompt),

@@ -1,4 +1,5 @@
-"""IFR core (spec §4.1-4.2): per-head, per-source contributions of the attention block and their proximities.
+"""IFR core (docs/attribution.md, "Per-token IFR", "Span IFR"): per-head, per-source contributions of the attention
+block and their proximities.
 
 For layer l, sink i, source j, head h: ``f_j^h = v_j^h W_O^h``, ``c_ij^h = alpha_ij^h f_j^h`` and
 ``x_mid_i = x_prev_i + sum_{j,h} c_ij^h + b_O``. ``prox(z, y) = max(0, |y|_1 - |y - z|_1)``.
@@ -42,7 +43,7 @@ _BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rou
 
 @dataclass
 class IFRConfig:
-    tau: float = 0.0  # proximities below tau are zeroed (residual proximity excluded, as in the reference)
+    tau: float = 0.0  # proximities below tau are zeroed (residual proximity excluded, as in FlashTrace's code)
     sink_chunk: int = 64  # sink rows whose attention is formed at once
     chunk_elems: int = 1 << 22  # budget (elements) of one heads x sinks x sources x d block (per-token IFR)
     f_cache_bytes: int = 1 << 30  # keep one layer's head outputs when they fit, otherwise rebuild per chunk
@@ -340,14 +341,9 @@ class IFRAttributorBase(Attributor):
     tau: float = 0.0  # proximities below tau count 0
     recompute_attention: bool = True
     forward_attn_impl: Optional[str] = "sdpa"
-    sink_chunk: int = neutral(64)  # sink rows whose attention is formed at once
-    chunk_elems: int = neutral(1 << 22)  # elements of one (sources x heads x d) block
-    f_cache_bytes: int = neutral(1 << 30)  # keep one layer's head outputs when they fit
-
-    def __post_init__(self):
-        for name in ("sink_chunk", "chunk_elems", "f_cache_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{self.method}: {name} must be >= 1, got {getattr(self, name)}")
+    sink_chunk: int = neutral(64, ge=1)  # sink rows whose attention is formed at once
+    chunk_elems: int = neutral(1 << 22, ge=1)  # elements of one (sources x heads x d) block
+    f_cache_bytes: int = neutral(1 << 30, ge=1)  # keep one layer's head outputs when they fit
 
     @property
     def cfg(self) -> IFRConfig:
@@ -366,7 +362,7 @@ class IFRAttributorBase(Attributor):
 class SpanIFRAttributor(IFRAttributorBase):
     """One span-IFR vector over the sink span (whole generation if None), written into every row of the span."""
 
-    method: ClassVar[str] = "ifr_span"
+    name: ClassVar[str] = "ifr_span"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         sink = sink or (0, ctx.G - 1)
@@ -377,7 +373,7 @@ class SpanIFRAttributor(IFRAttributorBase):
             timings["attribution"] = time.perf_counter() - t0
         A = empty_matrix(ctx.G, ctx.P)
         A[sink[0]:sink[1] + 1] = v
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G,
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G,
                                  rows_written=np.arange(sink[0], sink[1] + 1))
 
 
@@ -385,7 +381,7 @@ class SpanIFRAttributor(IFRAttributorBase):
 class AllPositionsIFRAttributor(IFRAttributorBase):
     """Per-token IFR: row t is the IFR of the sink at generated token t (every generated token the caller reads)."""
 
-    method: ClassVar[str] = "ifr_all_positions"
+    name: ClassVar[str] = "ifr_all_positions"
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         rows = ctx.row_indices()
@@ -396,4 +392,4 @@ class AllPositionsIFRAttributor(IFRAttributorBase):
             A = empty_matrix(ctx.G, ctx.P)
             A[rows] = ctx.to_columns(M).cpu().numpy()
             timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=rows)
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows)

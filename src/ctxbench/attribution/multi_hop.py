@@ -1,7 +1,8 @@
-"""Multi-hop span IFR through the chain of thought (spec §4.3): ``ifr_multi_hop`` and ``ifr_multi_hop_both``.
+"""Multi-hop span IFR through the chain of thought (FlashTrace, ICML 2026): ``ifr_multi_hop`` and
+``ifr_multi_hop_both``.
 
 Vectors live over the full sequence (T) while hopping; ratios rho use the sum over the full sequence (template tokens
-included), as the reference does; everything is projected onto the P+G columns at the end.
+included), as FlashTrace's code does; everything is projected onto the P+G columns at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from ctxbench.attribution.base import AttributionResult, empty_matrix, stop_mask
 from ctxbench.attribution.capture import Capture
 from ctxbench.attribution.ifr import IFRAttributorBase, IFRConfig, span_ifr
+from ctxbench.part import param
 from ctxbench.tokens import eos_ids
 
 
@@ -89,27 +91,18 @@ def _result(self, ctx, hr: HopResult, obs_mask, rows_written, **extra) -> Attrib
     o = ctx.to_columns(hr.observed).cpu().numpy()
     A[rows_written] = o
     return AttributionResult(
-        matrix=A, method=self.method, P=ctx.P, G=ctx.G,
+        matrix=A, method=self.name, P=ctx.P, G=ctx.G,
         hop_vectors=ctx.to_columns(torch.stack(hr.hop_vectors)).cpu().numpy().astype(np.float32),
         rho=[float(r) for r in hr.rho], observation_mask=ctx.to_columns(obs_mask).cpu().numpy(),
         rows_written=np.asarray(rows_written, dtype=np.int64), **extra)
-
-
-def _check_hops(method: str, hops: int) -> None:
-    if hops < 0:
-        raise ValueError(f"{method}: hops must be >= 0, got {hops}")
 
 
 @dataclass
 class MultiHopIFRAttributor(IFRAttributorBase):
     """S = sink span (whole generation if None), T = thinking span (S if None); ``hops`` K through the CoT."""
 
-    method: ClassVar[str] = "ifr_multi_hop"
-    hops: int = 1  # Table 1: 1 for faithfulness, 3 for recovery
-
-    def __post_init__(self):
-        super().__post_init__()
-        _check_hops(self.method, self.hops)
+    name: ClassVar[str] = "ifr_multi_hop"
+    hops: int = param(1, ge=0)  # Table 1: 1 for faithfulness, 3 for recovery
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         sink = sink or (0, ctx.G - 1)
@@ -135,15 +128,9 @@ class MultiHopBothAttributor(IFRAttributorBase):
     Rows are written for the non-stop tokens of S.
     """
 
-    method: ClassVar[str] = "ifr_multi_hop_both"
-    hops: int = 1
-    hop0: str = "all_gen"
-
-    def __post_init__(self):
-        super().__post_init__()
-        _check_hops(self.method, self.hops)
-        if self.hop0 not in ("all_gen", "sink"):
-            raise ValueError(f"{self.method}: hop0={self.hop0!r}: expected 'all_gen' or 'sink'")
+    name: ClassVar[str] = "ifr_multi_hop_both"
+    hops: int = param(1, ge=0)
+    hop0: str = param("all_gen", choices=("all_gen", "sink"))
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         G = ctx.G

@@ -21,7 +21,7 @@ from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param
 from ctxbench.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
@@ -131,16 +131,6 @@ def spread_onto_tokens(score: np.ndarray, cols: np.ndarray, how: str) -> np.ndar
     return score if how == "copy" else score / len(cols)
 
 
-def check_choice(method: str, name: str, value: str, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{method}: {name}={value!r}, expected one of {list(allowed)}")
-
-
-def check_batch_size(method: str, batch_size: int) -> None:
-    if batch_size < 1:
-        raise ValueError(f"{method}: batch_size must be >= 1, got {batch_size}")
-
-
 # --- the method -------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -150,20 +140,16 @@ class PerturbationAttributor(Attributor):
     Row t (generated token t, in generated sentence g) gets, on the tokens of every prompt sentence and of every
     generated sentence before g, the drop of log p(y_t) when that sentence is replaced by the pad id
     (``objective="logprob"``), or the KL divergence of the next-token distribution it causes (``"kl"``). ``spread``:
-    each token of the source sentence carries the whole score (``copy``, the reference) or an equal share (``share``).
+    each token of the source sentence carries the whole score (``copy``, as FlashTrace's code) or an equal share
+    (``share``).
     ``batch_size`` ablated inputs per forward pass; ``forward_attn_impl`` the attention kernel of those passes.
     """
 
-    method: ClassVar[str] = "perturbation"
-    objective: str = "logprob"
-    spread: str = "copy"
-    batch_size: int = neutral(4)
+    name: ClassVar[str] = "perturbation"
+    objective: str = param("logprob", choices=OBJECTIVES)
+    spread: str = param("copy", choices=SPREADS)
+    batch_size: int = neutral(4, ge=1)
     forward_attn_impl: Optional[str] = "sdpa"
-
-    def __post_init__(self):
-        check_choice(self.method, "objective", self.objective, OBJECTIVES)
-        check_choice(self.method, "spread", self.spread, SPREADS)
-        check_batch_size(self.method, self.batch_size)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
@@ -182,6 +168,6 @@ class PerturbationAttributor(Attributor):
             rows = np.concatenate(units.generated[first:])
             A[np.ix_(rows, cols)] = spread_onto_tokens(row_scores[rows], cols, self.spread)[:, None]
         timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.method, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G),
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=np.arange(ctx.G),
                                  info={"prompt_sentences": len(units.prompt),
                                        "generated_sentences": len(units.generated), "ablations": len(sources)})

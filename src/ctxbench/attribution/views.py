@@ -42,7 +42,7 @@ def rec(A: np.ndarray, P: int, sink_span=None) -> np.ndarray:
     (k from the latest down), then the per-sink vectors are summed.
 
     All sink rows are processed together; a row t only passes on columns of tokens k < t (its own column and later
-    ones stay as they are), exactly as the per-row loop of the spec.
+    ones stay as they are), exactly as the per-row loop of CAGE's definition.
     """
     Ab = normalise(A)
     s, e = _span(Ab, sink_span)

@@ -1,5 +1,5 @@
 """Any CachedExample JSONL file as a dataset kind (``CachedJsonl``), e.g. a sampling-stage cache made elsewhere such as
-the FlashTrace reference's ``exp/exp2/data/<task>.jsonl`` (docs/data.md, "Caches made elsewhere")."""
+FlashTrace's code's ``exp/exp2/data/<task>.jsonl`` (docs/data.md, "Caches made elsewhere")."""
 
 from __future__ import annotations
 

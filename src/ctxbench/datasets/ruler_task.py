@@ -15,7 +15,7 @@ from ctxbench.datasets.ruler_gen import TASKS, task_path, task_spec, write_task
 from ctxbench.errors import DataError, UnknownDatasetError
 from ctxbench.example import CachedExample
 from ctxbench.locks import create_once
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +41,15 @@ class RulerTask(Dataset):
     """
 
     kind: ClassVar[str] = "ruler"
-    length: int = 1024
-    num_samples: int = neutral(500)  # rows are made one by one from (seed, task, index): row i never depends on it
+    length: int = param(1024, ge=1)
+    # rows are made one by one from (seed, task, index): row i never depends on it
+    num_samples: int = neutral(500, ge=1)
     seed: int = 42
     generate_missing: bool = neutral(True)
     morehopqa_path: Optional[str] = None
 
     def __post_init__(self):
         task_spec(self.name)  # an unknown task is refused with the list of known ones
-        if self.length < 1 or self.num_samples < 1:
-            raise UnknownDatasetError(f"dataset {self.name}: length and num_samples must be >= 1")
 
     def file(self, paths: Paths) -> Path:
         return task_path(Path(paths.data_dir) / RULER_SUBDIR, self.name, self.length)

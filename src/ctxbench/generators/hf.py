@@ -19,7 +19,7 @@ import torch
 from ctxbench.errors import ConfigError
 from ctxbench.generators.base import Generation, GenerationRequest, Generator, one_line
 from ctxbench.generators.box_guard import BoxGuard
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param
 from ctxbench.tokens import eos_ids
 
 log = logging.getLogger(__name__)
@@ -46,27 +46,17 @@ class HFGenerator(Generator):
 
     name: ClassVar[str] = "hf"
     needs_lm: ClassVar[bool] = True
-    batch_size: int = neutral(8)
-    max_new_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 1.0
+    batch_size: int = neutral(8, ge=1)
+    max_new_tokens: int = param(512, ge=1)
+    temperature: float = param(0.0, ge=0)
+    top_p: float = param(1.0, gt=0, le=1)
     seed: int = 0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = param(1.0, gt=0)
     enable_thinking: Optional[bool] = None
     box_on_stop: bool = False
     progress: bool = neutral(False)
 
     def __post_init__(self):
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty={self.repetition_penalty} must be > 0")
         self._lm = None
 
     def use_lm(self, loaded_lm: Any) -> None:

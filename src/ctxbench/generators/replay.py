@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Optional
 from ctxbench.errors import DataError
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
 from ctxbench.jsonl import iter_jsonl
+from ctxbench.part import refuse
 
 
 def _messages_key(messages: Any) -> str:
@@ -34,9 +35,9 @@ class ReplayGenerator(Generator):
 
     def __post_init__(self):
         if not self.path:
-            raise ValueError("path: generator=replay needs the JSONL file of responses (generator.path=...)")
+            raise refuse("path", self.path, "generator=replay needs the JSONL file of responses (generator.path=...)")
         if not Path(self.path).is_file():
-            raise ValueError(f"path: {self.path}: no such file")
+            raise refuse("path", self.path, "no such file")
         self._by_id: dict[str, tuple[str, Optional[str]]] = {}
         self._by_prompt: dict[str, tuple[str, Optional[str]]] = {}
         self._by_messages: dict[str, tuple[str, Optional[str]]] = {}

@@ -2,9 +2,9 @@
 attribution?
 
 Per gold sentence g: ``ratio_g = |mass on g| / total prompt mass`` with ``E = 1 / #gold``; reported are the fractions of
-gold sentences with ratio in (E/2, 3E/2), above E/2, and above E. As in the reference, a sentence's mass is the absolute
-value of its summed token weights and the total is the sum of those absolute masses over all sentences (tokens outside
-every sentence form one extra part of the total, so no prompt mass is lost).
+gold sentences with ratio in (E/2, 3E/2), above E/2, and above E. As in FlashTrace's code, a sentence's mass is the
+absolute value of its summed token weights and the total is the sum of those absolute masses over all sentences
+(tokens outside every sentence form one extra part of the total, so no prompt mass is lost).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ctxbench.batching import run_in_batches
 from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param, refuse
 from ctxbench.tokens import eos_id
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def normalized_curve(scores) -> np.ndarray:
     """``n_t = min_{u<=t} clip((s_u - s_K) / |s_0 - s_K|, 0, 1)``.
 
     Flat curve (``s_0 = s_K``): a step above s_K counts 1, below 0, equal carries no evidence and leaves the running
-    minimum where it was (which starts at 1), as in the reference where those entries are inf/-inf/NaN. A flat
+    minimum where it was (which starts at 1), as in FlashTrace's code where those entries are inf/-inf/NaN. A flat
     curve therefore scores RISE = 1, the worst: deleting the ranked tokens did not lower the probability.
     """
     s = np.asarray(scores, dtype=np.float64)
@@ -321,20 +321,17 @@ class FaithfulnessScorer(Scorer):
 
     name: ClassVar[str] = "faithfulness"
     title: ClassVar[str] = "Faithfulness"
-    # the reference stores the standard deviation under "Var"; kept for its readers
+    # FlashTrace's CSV stores the standard deviation under "Var"; kept for its readers
     csv_std_label: ClassVar[str] = "Var"
-    steps: int = MAX_STEPS
-    batch_size: int = neutral(4)
+    steps: int = param(MAX_STEPS, ge=1)
+    batch_size: int = neutral(4, ge=1)
     common_sets: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"faithfulness: steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
         self.common_sets = list(self.common_sets)
         bad = [c for c in self.common_sets if c not in COMMON_SETS]
         if bad or len(set(self.common_sets)) < len(self.common_sets):
-            raise ValueError(f"faithfulness: common_sets {self.common_sets}: each of {', '.join(COMMON_SETS)}, "
-                             f"at most once")
+            raise refuse("common_sets", self.common_sets, f"each of {', '.join(COMMON_SETS)}, at most once")
         self._memo: tuple = (None, None, {})  # (the model, the input, its deleted sets' scores): see the module notes
 
     def _known(self, model, model_input, pad_id: int) -> dict[bytes, float]:

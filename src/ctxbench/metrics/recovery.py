@@ -17,6 +17,7 @@ import numpy as np
 from ctxbench.errors import ExampleRefused
 from ctxbench.metrics.faithfulness import deletion_order
 from ctxbench.metrics.scorer import Metric, Scorer
+from ctxbench.part import param
 from ctxbench.spans import tokens_overlapping
 
 
@@ -118,11 +119,8 @@ class RecoveryScorer(Scorer):
     name: ClassVar[str] = "recovery"
     title: ClassVar[str] = "Recovery"
     csv_label: ClassVar[str] = "Recovery"
-    fraction: float = 0.1
+    fraction: float = param(0.1, gt=0, le=1)
     skip_stop_tokens: bool = True
-
-    def __post_init__(self):
-        top_k_count(1, self.fraction)  # refuses a fraction outside (0, 1]
 
     @property
     def label(self) -> str:

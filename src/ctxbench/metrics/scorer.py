@@ -2,7 +2,7 @@
 
 A scorer says what it measures (its metrics, their labels and directions), refuses data it cannot score before any work
 is done, scores one attribution of one example into fields of that example's result record, and reduces the records to
-the figures of ``summary.json`` / ``summary.md``, the reference-layout CSVs and the report command. The stage, the
+the figures of ``summary.json`` / ``summary.md``, the CSVs in FlashTrace's layout and the report command. The stage, the
 evaluation loop and the reports only ever talk to this interface.
 """
 
@@ -32,7 +32,7 @@ class Metric:
 
 
 def mean_std(values: list[float]) -> tuple[Optional[float], Optional[float]]:
-    """Mean and population standard deviation (the reference's), None for no values."""
+    """Mean and population standard deviation (FlashTrace's), None for no values."""
     if not values:
         return None, None
     arr = np.asarray(values, dtype=np.float64)
@@ -45,7 +45,7 @@ class Scorer(Part, ABC):
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # the heading of the scorer's section in summary.md
-    csv_label: ClassVar[str] = "Scores"  # "<View> Attr <csv_label> Mean" rows of the reference CSV
+    csv_label: ClassVar[str] = "Scores"  # "<View> Attr <csv_label> Mean" rows of FlashTrace's CSV
     csv_std_label: ClassVar[str] = "Std"
 
     @abstractmethod
@@ -93,7 +93,7 @@ class Scorer(Part, ABC):
         return out
 
     def csv_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
-        """The reference's per-method CSV: a header of metric labels, ``<View> Attr <label> Mean`` rows, then the
+        """FlashTrace's per-method CSV: a header of metric labels, ``<View> Attr <label> Mean`` rows, then the
         ``<csv_std_label>`` rows, then the average attribution time."""
         agg = summary[self.name]
         metrics = self.metrics()

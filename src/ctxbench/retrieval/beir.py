@@ -23,6 +23,7 @@ from typing import Any, Optional
 from ctxbench.datasets.base import Paths
 from ctxbench.errors import DataError
 from ctxbench.jsonl import iter_jsonl
+from ctxbench.part import param
 from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
 
 log = logging.getLogger(__name__)
@@ -224,16 +225,9 @@ class WikiDemo(RetrievalFolder):
     ``seed`` into ``path`` (null: ``<paths.data_dir>/wiki_demo/<n_docs>_<n_queries>_<seed>``) when missing."""
 
     name: str = "wiki_demo"
-    n_docs: int = 10033
-    n_queries: int = 500
+    n_docs: int = param(10033, ge=1)
+    n_queries: int = param(500, ge=1)
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("n_docs", "n_queries"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{key}={v!r}: expected an integer >= 1")
 
     def folder(self, paths: Paths) -> Path:
         folder = super().folder(paths) if self.path else \

@@ -6,16 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from ctxbench.part import Part, param, refuse
 from ctxbench.retrieval.metrics import parse_metric_key
 
 
-def _positive_int(name: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name}={v!r}: expected an integer >= 1")
-
-
 @dataclass
-class RetrievalMode:
+class RetrievalMode(Part):
     """``search_top_k``: hits kept per query; ``rerank_top_k``: the top hits a reranker rescores (the others are
     dropped); ``k_values``: the cut-offs of every metric; ``eval_metrics``: the report's tables
     (``<metric>_at_<k>``, metric one of ndcg, map, recall, precision, mrr, recall_cap); ``ignore_identical_ids``: a
@@ -26,8 +22,8 @@ class RetrievalMode:
 
     name: ClassVar[str] = "retrieval"
 
-    search_top_k: int = 1000
-    rerank_top_k: int = 100
+    search_top_k: int = param(1000, ge=1)
+    rerank_top_k: int = param(100, ge=1)
     k_values: list[int] = field(default_factory=lambda: [1, 3, 5, 10, 100, 1000])
     eval_metrics: list[str] = field(default_factory=lambda: ["ndcg_at_10", "recall_at_10"])
     ignore_identical_ids: bool = False
@@ -36,20 +32,19 @@ class RetrievalMode:
     output_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        _positive_int("search_top_k", self.search_top_k)
-        _positive_int("rerank_top_k", self.rerank_top_k)
-        self.k_values = sorted(set(self.k_values))
         if not self.k_values:
-            raise ValueError("k_values: give at least one cut-off")
+            raise refuse("k_values", self.k_values, "give at least one cut-off")
         for k in self.k_values:
-            _positive_int("k_values", k)
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise refuse("k_values", self.k_values, f"{k!r} is not an integer >= 1")
+        self.k_values = sorted(set(self.k_values))
         self.eval_metrics = list(self.eval_metrics)
         if not self.eval_metrics:
-            raise ValueError("eval_metrics: name at least one metric, e.g. ndcg_at_10")
+            raise refuse("eval_metrics", self.eval_metrics, "name at least one metric, e.g. ndcg_at_10")
         for key in self.eval_metrics:
             try:
                 _, k = parse_metric_key(key)
             except ValueError as exc:
-                raise ValueError(f"eval_metrics: {exc}") from None
+                raise refuse("eval_metrics", self.eval_metrics, str(exc)) from None
             if k not in self.k_values:
-                raise ValueError(f"eval_metrics: {key} needs k={k} in k_values {self.k_values}")
+                raise refuse("eval_metrics", self.eval_metrics, f"{key} needs k={k} in k_values {self.k_values}")

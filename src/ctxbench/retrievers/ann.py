@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ctxbench.part import check_params, param, refuse
+
 log = logging.getLogger(__name__)
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
@@ -28,24 +30,18 @@ _GPU_RESOURCES: dict = {}
 
 @dataclass(frozen=True)
 class IndexSettings:
-    index: str = "flat"
-    nlist: int = 0
-    nprobe: int = 32
-    hnsw_m: int = 32
-    ef_construction: int = 80
-    ef_search: int = 128
+    index: str = param("flat", choices=INDEX_KINDS)
+    nlist: int = param(0, ge=0)  # 0: chosen from the corpus size
+    nprobe: int = param(32, ge=1)
+    hnsw_m: int = param(32, ge=1)
+    ef_construction: int = param(80, ge=1)
+    ef_search: int = param(128, ge=1)
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.index not in INDEX_KINDS:
-            raise ValueError(f"index={self.index!r}: expected one of {', '.join(INDEX_KINDS)}")
+        check_params(self)  # not a part, built by the dense retriever from its own fields
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
-            raise ValueError(f"device={self.device!r}: expected cpu, cuda, cuda:N or auto")
-        for name in ("nprobe", "hnsw_m", "ef_construction", "ef_search"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.nlist < 0:
-            raise ValueError(f"nlist={self.nlist}: must be >= 0 (0: chosen from the corpus size)")
+            raise refuse("device", self.device, "expected cpu, cuda, cuda:N or auto")
 
     def cells(self, n: int) -> int:
         """IVF cells for ``n`` vectors."""

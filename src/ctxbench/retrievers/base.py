@@ -1,9 +1,10 @@
 """The Retriever interface (docs/retrievers.md): fit on a pool of rows, then rank the pool for each query.
 
 One interface serves both users of the ``retriever`` group: the sampling stage asks for in-context examples from a pool
-of worked examples (OpenCompass / AISBench ``openicl`` contract, specs/icl.md), and the retrieval mode ranks a corpus
+of worked examples (OpenCompass / AISBench ``openicl`` contract), and the retrieval mode ranks a corpus
 for each query. A retriever is a dataclass reached by ``_target_`` from ``conf/retriever/<name>.yaml``; its fields are
-its only parameters and its ``__post_init__`` refuses bad values with a ``ValueError`` naming the parameter.
+its only parameters; their bounds and choices are declared on the fields (``ctxbench.part.param``) and a bad value
+is refused when the retriever is built, with a ``ConfigError`` naming the parameter.
 
 Rows are mappings (dicts) with a stable string ``id`` and text fields. A retriever reads the text of a pool row from
 ``fields`` and of a query row from ``query_fields`` (default: the same fields): the non-empty values joined by one space
@@ -221,11 +222,6 @@ def _field_list(value: Any, name: str) -> list[str]:
     if not value or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"{name}={value!r}: expected a non-empty list of field names")
     return value
-
-
-def check_ice_num(ice_num: int) -> None:
-    if not isinstance(ice_num, int) or isinstance(ice_num, bool) or ice_num < 0:
-        raise ValueError(f"ice_num={ice_num!r}: expected an integer >= 0")
 
 
 def rank_scores(n: int) -> list[float]:

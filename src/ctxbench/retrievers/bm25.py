@@ -2,7 +2,7 @@
 
 Scoring: ``bm25s`` with ``method`` (default ``lucene``: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term weight
 tf / (tf + k1 (1 - b + b |d| / avgdl))), ``k1`` 1.5, ``b`` 0.75; a query's score for a document is the sum over
-its tokens, repeated tokens counted each time. The reference (OpenCompass) uses ``rank_bm25.BM25Okapi`` over NLTK
+its tokens, repeated tokens counted each time. OpenCompass's BM25Retriever uses ``rank_bm25.BM25Okapi`` over NLTK
 ``word_tokenize`` tokens; we keep the behaviour (top ``ice_num`` by BM25), not those libraries.
 
 Tokenisation (the same for pool and queries): ``bm25s.tokenize`` — lower-cased, tokens are runs of two or more word
@@ -19,7 +19,8 @@ from typing import ClassVar, Optional
 
 import numpy as np
 
-from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions, top_k
+from ctxbench.part import param
+from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, exclusions, top_k
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 _BLOCK = 256  # queries scored per dense block
@@ -46,24 +47,12 @@ class BM25Retriever(TextRetriever):
 
     name: ClassVar[str] = "bm25"
 
-    ice_num: int = 1
-    k1: float = 1.5
-    b: float = 0.75
-    method: str = "lucene"
-    stopwords: Optional[str] = "en"
+    ice_num: int = param(1, ge=0)
+    k1: float = param(1.5, gt=0)
+    b: float = param(0.75, ge=0, le=1)
+    method: str = param("lucene", choices=METHODS)
+    stopwords: Optional[str] = param("en", choices=(None, "en"))
     exclude_self: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_ice_num(self.ice_num)
-        if not self.k1 > 0:
-            raise ValueError(f"k1={self.k1!r}: must be > 0")
-        if not 0 <= self.b <= 1:
-            raise ValueError(f"b={self.b!r}: must lie in [0, 1]")
-        if self.method not in METHODS:
-            raise ValueError(f"method={self.method!r}: expected one of {', '.join(METHODS)}")
-        if self.stopwords not in (None, "en"):
-            raise ValueError(f"stopwords={self.stopwords!r}: expected en or null")
 
     def _fit(self, rows: list[Row]) -> None:
         self._bm25 = bm25s_module().BM25(k1=self.k1, b=self.b, method=self.method, backend="numpy", csc_backend="numpy")

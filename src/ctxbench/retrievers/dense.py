@@ -18,8 +18,9 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ctxbench.models.embedder import Embedder
+from ctxbench.part import param
 from ctxbench.retrievers.ann import IndexSettings, build_index
-from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, check_ice_num, exclusions, row_text
+from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, exclusions, row_text
 from ctxbench.shards import Shard
 
 
@@ -30,7 +31,7 @@ class DenseRetriever(TextRetriever):
 
     name: ClassVar[str] = "dense"
 
-    ice_num: int = 1
+    ice_num: int = param(1, ge=0)
     embedder: Embedder = field(default_factory=Embedder)
     index: str = "flat"  # flat | ivf | hnsw (ctxbench.retrievers.ann)
     nlist: int = 0  # ivf cells (0: about 4 sqrt(n))
@@ -43,7 +44,6 @@ class DenseRetriever(TextRetriever):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_ice_num(self.ice_num)
         if isinstance(self.embedder, dict):  # a plain mapping (not instantiated by Hydra)
             self.embedder = Embedder(**{k: v for k, v in self.embedder.items() if k != "_target_"})
         if not isinstance(self.embedder, Embedder):

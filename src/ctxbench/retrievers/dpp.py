@@ -6,10 +6,10 @@ determinantal point process (Chen et al. 2018, "Fast Greedy MAP Inference for DP
 ``L_ij = r_i * s_ij * r_j`` with ``s_ij = (1 + cos(e_i, e_j)) / 2`` and relevance ``r_i = exp((rel_i - max rel) /
 (2 * scale_factor))``, ``rel_i = (1 + cos(q, e_i)) / 2``; a smaller ``scale_factor`` weighs relevance more. The
 embeddings are L2-normalised for the kernel whatever the embedder's setting. The selected rows are returned in
-decreasing relevance (the reference's order), scored by their cosine similarity to the query.
+decreasing relevance (OpenCompass's order), scored by their cosine similarity to the query.
 
-Deterministic by construction: there is nothing random (the reference's ``seed`` is never used, so we do not offer
-one); an argmax tie goes to the better-ranked candidate. Unlike the reference, a selected item can never be selected
+Deterministic by construction: there is nothing random (OpenCompass never uses its ``seed``, so we do not offer
+one); an argmax tie goes to the better-ranked candidate. Unlike OpenCompass, a selected item can never be selected
 again: when the kernel's rank is exhausted (duplicates), the remaining places go to the next candidates by relevance.
 """
 
@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ctxbench.part import param, refuse
 from ctxbench.retrievers.base import Retrieved, Row, exclusions
 from ctxbench.retrievers.dense import DenseRetriever
 
@@ -65,15 +66,13 @@ class DPPRetriever(DenseRetriever):
 
     name: ClassVar[str] = "dpp"
 
-    candidate_num: int = 24
-    scale_factor: float = 0.1
+    candidate_num: int = param(24, ge=1)
+    scale_factor: float = param(0.1, gt=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.candidate_num, int) or self.candidate_num < max(1, self.ice_num):
-            raise ValueError(f"candidate_num={self.candidate_num!r}: must be an integer >= ice_num ({self.ice_num})")
-        if not self.scale_factor > 0:
-            raise ValueError(f"scale_factor={self.scale_factor!r}: must be > 0")
+        if self.candidate_num < self.ice_num:
+            raise refuse("candidate_num", self.candidate_num, f"must be >= ice_num ({self.ice_num})")
 
     def kernel(self, q: np.ndarray, cands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(L, cos)``: the DPP kernel over the candidates and their cosine similarity to the query."""

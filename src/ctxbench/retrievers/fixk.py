@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ctxbench.part import refuse
 from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores
 
 
@@ -24,9 +25,9 @@ class FixKRetriever(Retriever):
         ids = list(self.fix_id_list)
         for i in ids:
             if not isinstance(i, int) or isinstance(i, bool):
-                raise ValueError(f"fix_id_list={ids!r}: every entry must be an integer, got {i!r}")
+                raise refuse("fix_id_list", ids, f"every entry must be an integer, got {i!r}")
             if i < 0:
-                raise ValueError(f"fix_id_list index {i} is out of range of [0, len(pool))")
+                raise refuse("fix_id_list", ids, f"index {i} is out of range of [0, len(pool))")
         self.fix_id_list = ids
 
     def default_k(self) -> int:

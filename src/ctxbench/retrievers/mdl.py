@@ -10,7 +10,7 @@ mean cross-entropy of the label tokens given that prefix is turned into a distri
 (``p ∝ exp(-CE)``). The set with the lowest entropy of that distribution wins (ties: the earlier set). Its rows are
 returned in their set order (scores ``k - rank``); ``last_entropy`` maps each query id to the winning set's entropy.
 
-``labels``: the label strings; None = the distinct non-empty values of ``label_field`` in the pool (the reference uses
+``labels``: the label strings; None = the distinct non-empty values of ``label_field`` in the pool (OpenCompass uses
 the test set's output column), at least two. The model: handed over by the stage with ``use_lm`` (the model it already
 loaded), otherwise loaded on first use from ``lm`` (a ``ModelConfig``; its dequantised cache under the embedder's
 ``cache_dir``). Cost: queries x select_time x labels sequences through the LM, ``batch_size`` at a time.
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import neutral
+from ctxbench.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
 from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores, row_id, row_rng
 from ctxbench.retrievers.dense import DenseRetriever
@@ -84,27 +84,23 @@ class MDLRetriever(DenseRetriever):
     name: ClassVar[str] = "mdl"
     needs_lm: ClassVar[bool] = True
 
-    candidate_num: int = 8
-    select_time: int = 5
+    candidate_num: int = param(8, ge=1)
+    select_time: int = param(5, ge=1)
     seed: int = 1
     labels: Optional[list[str]] = None
     label_field: str = "answer"
     template: Optional[ICLTemplate] = None
     lm: Optional[ModelConfig] = None
-    batch_size: int = neutral(8)
+    batch_size: int = neutral(8, ge=1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.candidate_num, int) or self.candidate_num < max(1, self.ice_num):
-            raise ValueError(f"candidate_num={self.candidate_num!r}: must be an integer >= ice_num ({self.ice_num})")
-        if not isinstance(self.select_time, int) or self.select_time < 1:
-            raise ValueError(f"select_time={self.select_time!r}: must be an integer >= 1")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size!r}: must be an integer >= 1")
+        if self.candidate_num < self.ice_num:
+            raise refuse("candidate_num", self.candidate_num, f"must be >= ice_num ({self.ice_num})")
         if self.labels is not None:
             self.labels = [str(x) for x in self.labels]
             if len(set(self.labels)) < 2:
-                raise ValueError(f"labels={self.labels!r}: need at least two distinct labels")
+                raise refuse("labels", self.labels, "need at least two distinct labels")
         if isinstance(self.template, dict):
             self.template = ICLTemplate(**self.template)
         if self.template is None:

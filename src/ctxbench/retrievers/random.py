@@ -1,6 +1,6 @@
 """RandomRetriever: ``ice_num`` distinct pool rows drawn uniformly for each query, reproducibly and shard-independently.
 
-Unlike the reference (which reseeds numpy's global generator and draws the rows in sequence, so a row's examples
+Unlike OpenCompass (which reseeds numpy's global generator and draws the rows in sequence, so a row's examples
 change when the data is split into shards), each row is drawn from its own generator seeded by ``(seed, row id)``
 (``ctxbench.retrievers.base.row_rng``); no global generator is touched.
 """
@@ -12,26 +12,21 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.retrievers.base import Retrieved, Retriever, Row, check_ice_num, rank_scores, row_id, row_rng
+from ctxbench.part import param
+from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores, row_id, row_rng
 
 
 @dataclass(kw_only=True)
 class RandomRetriever(Retriever):
-    """``ice_num`` rows per query (``ice_num`` > pool refused); ``seed`` (43, the reference's default);
+    """``ice_num`` rows per query (``ice_num`` > pool refused); ``seed`` (43, OpenCompass's default);
     ``exclude_self``: never pick the pool row with the query's id (when pool and test data are the same rows); the
     pool must then hold ``ice_num + 1`` rows. The draw's order is the prompt order."""
 
     name: ClassVar[str] = "random"
 
-    ice_num: int = 1
+    ice_num: int = param(1, ge=0)
     seed: int = 43
     exclude_self: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_ice_num(self.ice_num)
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed={self.seed!r}: expected an integer")
 
     def _check_pool(self, n: int) -> None:
         super()._check_pool(n)

@@ -9,26 +9,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ctxbench.part import param, refuse
 from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores, row_id
 
 
 @dataclass(kw_only=True)
 class SlidingWindowRetriever(Retriever):
     """Row at position ``i`` gets pool rows ``i-k .. i-1`` in that order; the first rows (``i < k``) are padded in
-    front with the last pool rows, as the reference does (``[n-(k-i) .. n-1] + [0 .. i-1]``). Positions past the end
-    of the pool wrap around (indices modulo the pool size); the reference would fail there."""
+    front with the last pool rows, as OpenCompass does (``[n-(k-i) .. n-1] + [0 .. i-1]``). Positions past the end
+    of the pool wrap around (indices modulo the pool size); OpenCompass would fail there."""
 
     name: ClassVar[str] = "sliding_window"
 
-    k: int
+    k: int = param(ge=0)
     position_field: str = "index"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 0:
-            raise ValueError(f"k={self.k!r}: expected an integer >= 0")
         if not self.position_field:
-            raise ValueError("position_field: must name the query rows' position field")
+            raise refuse("position_field", self.position_field, "must name the query rows' position field")
 
     def default_k(self) -> int:
         return self.k

@@ -4,9 +4,9 @@ arXiv 2209.01975, as OpenCompass's VotekRetriever does it; our own code).
 Each pool row votes for its ``votek_k`` nearest other rows (cosine similarity of the embedder's vectors, ties to the
 lower index). Rows are ranked by their number of votes (ties: lower index) and taken greedily, skipping a row whose
 set of voters overlaps the voters of an already selected row by at least ``overlap_threshold`` times its own size
-(the reference compares with every better-ranked row, selected or not; we compare with the selected ones, which is
+(OpenCompass compares with every better-ranked row, selected or not; we compare with the selected ones, which is
 what the diversity rule is for). Places left over (rows without votes, or skipped) are filled by a draw from the
-remaining rows with a generator seeded by ``seed`` (the reference's fill is unseeded). The set does not depend on the
+remaining rows with a generator seeded by ``seed`` (OpenCompass's fill is unseeded). The set does not depend on the
 queries; each query gets a copy of its first ``k`` rows (with ``exclude_self``, a query in the pool gets the set
 without its own row, the next selected row taking its place).
 """
@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ctxbench.part import param
 from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores
 from ctxbench.retrievers.dense import DenseRetriever
 
@@ -75,16 +76,9 @@ class VotekRetriever(DenseRetriever):
 
     name: ClassVar[str] = "votek"
 
-    votek_k: int = 5
-    overlap_threshold: float = 1.0
+    votek_k: int = param(5, ge=1)
+    overlap_threshold: float = param(1.0, gt=0, le=1)
     seed: int = 43
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not isinstance(self.votek_k, int) or self.votek_k < 1:
-            raise ValueError(f"votek_k={self.votek_k!r}: must be an integer >= 1")
-        if not 0 < self.overlap_threshold <= 1:
-            raise ValueError(f"overlap_threshold={self.overlap_threshold!r}: must lie in (0, 1]")
 
     def _index_embeddings(self, emb: np.ndarray) -> None:
         super()._index_embeddings(emb)

@@ -1,4 +1,4 @@
-"""The parts of the sampling stage (docs/sampling.md): the reference prompts, the boxed-answer format check, the judges,
+"""The parts of the sampling stage (docs/sampling.md): FlashTrace's prompts, the boxed-answer format check, the judges,
 and span attachment (a judged-correct generation becomes a CachedExample)."""
 
 from ctxbench.sampling.attach import attach_spans, build_target

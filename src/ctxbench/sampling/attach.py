@@ -1,4 +1,4 @@
-"""Span attachment (spec §3.5-3.7): a judged-correct generation becomes a CachedExample with its token spans.
+"""Span attachment (FlashTrace's span rule): a judged-correct generation becomes a CachedExample with its token spans.
 
 ``target = thinking + "\\n" + answer``; the answer's character span is its LAST occurrence in the target; the sink span
 is the closed interval of target tokens (``tokenizer(target, add_special_tokens=False)``, offset mapping) overlapping

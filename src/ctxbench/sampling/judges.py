@@ -5,8 +5,8 @@ it through ``use_lm(loaded_lm)``. Options:
 
 - ``rule`` (offline default, ``RuleJudge``): normalised exact match or containment of the normalised reference in the
   answer, token-wise, numbers compared by value;
-- ``model`` (``ModelJudge``): the spec's judge prompts on a local causal LM (greedy, a few tokens), parsed by the
-  spec's rule;
+- ``model`` (``ModelJudge``): FlashTrace's judge prompts on a local causal LM (greedy, a few tokens), parsed by
+  FlashTrace's rule;
 - ``openai`` (``OpenAIJudge``): the same prompts through an OpenAI-compatible endpoint.
 """
 
@@ -24,7 +24,7 @@ from ctxbench.errors import ConfigError
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.models.openai_client import ChatError, EndpointSettings
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import Part, neutral
+from ctxbench.part import Part, neutral, param
 from ctxbench.sampling.prompts import judge_messages, parse_judge_response
 
 
@@ -106,11 +106,7 @@ class RuleJudge(Judge):
     name: ClassVar[str] = "rule"
     containment: bool = True
     numbers: bool = True
-    rel_tol: float = 1e-9
-
-    def __post_init__(self):
-        if not 0 <= self.rel_tol < 1:
-            raise ValueError(f"rel_tol={self.rel_tol} must be in [0, 1)")
+    rel_tol: float = param(1e-9, ge=0, lt=1)
 
     def _same(self, a: str, b: str) -> bool:
         if a == b:
@@ -145,7 +141,7 @@ class RuleJudge(Judge):
 
 @dataclass
 class ModelJudge(Judge):
-    """The spec's judge prompts on a local causal LM, greedy, ``max_new_tokens`` tokens, ``batch_size`` at a time.
+    """FlashTrace's judge prompts on a local causal LM, greedy, ``max_new_tokens`` tokens, ``batch_size`` at a time.
 
     ``path`` null (default): the model of the ``model`` group, handed over by the stage (``use_lm``). Otherwise the
     judge loads a model of its own on first use, ``path`` (hub id, folder, ``.gguf`` file or ``pypkg:<package>``) with
@@ -163,15 +159,11 @@ class ModelJudge(Judge):
     device_map: Optional[str] = None
     trust_remote_code: bool = False
     cache_dir: Optional[str] = neutral(None)
-    max_new_tokens: int = 8
-    batch_size: int = neutral(8)
+    max_new_tokens: int = param(8, ge=1)
+    batch_size: int = neutral(8, ge=1)
     enable_thinking: Optional[bool] = False
 
     def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
         from ctxbench.generators.hf import HFGenerator
 
         self._gen = HFGenerator(batch_size=self.batch_size, max_new_tokens=self.max_new_tokens, temperature=0.0,
@@ -231,17 +223,15 @@ class ModelJudge(Judge):
 
 @dataclass(kw_only=True)
 class OpenAIJudge(EndpointSettings, Judge):
-    """The spec's judge prompts through an OpenAI-compatible endpoint (``EndpointSettings``), ``temperature`` 0,
+    """FlashTrace's judge prompts through an OpenAI-compatible endpoint (``EndpointSettings``), ``temperature`` 0,
     ``max_tokens`` per reply."""
 
     name: ClassVar[str] = "openai"
-    max_tokens: int = 16
-    temperature: float = 0.0
+    max_tokens: int = param(16, ge=1)
+    temperature: float = param(0.0, ge=0)
 
     def __post_init__(self):
         self.check_endpoint()
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens={self.max_tokens} must be >= 1")
         self._client = self.client()
 
     def judge(self, items: list[JudgeItem]) -> list[Verdict]:

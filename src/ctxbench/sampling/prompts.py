@@ -1,10 +1,10 @@
-"""The reference prompts of the sampling stage (spec §3, verbatim) and the judge's answer parser."""
+"""The prompts of FlashTrace's sampling stage (its sample_and_filter.py, verbatim) and the judge's answer parser."""
 
 from __future__ import annotations
 
 import re
 
-# Spec §3.2: the system prompt of the generator model.
+# FlashTrace's system prompt of the generator model.
 GENERATION_SYSTEM_PROMPT = (
     "You are a reasoning assistant. Before answering, engage in an chain of thought. Process this freely and "
     "naturally without using specific headers or strict formatting. When you reach the conclusion, wrap the entire "
@@ -12,7 +12,7 @@ GENERATION_SYSTEM_PROMPT = (
     "delivers the answer. DO NOT rewrite the answer word for the box separately."
 )
 
-# Spec §3.4: the judge prompts.
+# FlashTrace's judge prompts.
 JUDGE_SYSTEM_PROMPT = (
     "You verify whether the model's boxed answer matches the reference answer. "
     "Reply strictly with True or False and nothing else."
@@ -35,9 +35,9 @@ _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
 
 def parse_judge_response(text: str) -> bool:
-    """Spec §3.4: the first line, lower-cased and stripped, in {true, yes} is True, in {false, no} False; otherwise a
-    substring fallback: True when "true" occurs and "false" does not. A leading ``<think>...</think>`` block (reasoning
-    models) is skipped first."""
+    """FlashTrace's parse rule: the first line, lower-cased and stripped, in {true, yes} is True, in {false, no}
+    False; otherwise a substring fallback: True when "true" occurs and "false" does not. A leading
+    ``<think>...</think>`` block (reasoning models) is skipped first."""
     text = _THINK_BLOCK.sub("", text or "", count=1).strip()
     first = text.splitlines()[0].strip().lower() if text else ""
     if first in ("true", "yes"):

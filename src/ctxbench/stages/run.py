@@ -2,7 +2,7 @@
 
 Files in the job's output dir: ``manifest.json``, ``results.jsonl`` (one line per example and method; a rerun in the
 same dir skips what is there, and refuses lines written under another config), ``summary.json``, ``summary.md``,
-``<mode>/<method>.csv`` (the reference's layout), ``deletion_curve_<view>.png``, optional ``heatmaps/`` and ``traces/``,
+``<mode>/<method>.csv`` (FlashTrace's layout), ``deletion_curve_<view>.png``, optional ``heatmaps/`` and ``traces/``,
 ``heatmap_data/`` (what the page draws of the first ``heatmaps`` examples) and ``report.html`` (docs/report.md).
 """
 

@@ -1,7 +1,7 @@
 """RULER-format data generated offline, with evidence spans (``needle_spans``). See docs/ruler.md.
 
 Public API:
-- ``TASKS``: task name -> ``TaskSpec`` (the 11 RULER tasks of the reference experiment, ``REFERENCE_TASKS`` plus
+- ``TASKS``: task name -> ``TaskSpec`` (the 11 RULER tasks of FlashTrace's Table 1, ``REFERENCE_TASKS`` plus
   upstream's niah_single_1/2/3 and niah_multikey_1/2/3).
 - ``generate_task(task, *, tokenizer, max_seq_length, num_samples, seed=42, morehopqa_path=None, ...) -> list[dict]``
 - ``write_task(root, task, *, max_seq_length, tokenizer, ...) -> Path``:

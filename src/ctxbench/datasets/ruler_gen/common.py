@@ -153,7 +153,7 @@ def make_record(index: int, prompt: Prompt, outputs: list[str], answer_prefix: s
                 tokens_to_generate: int, template_tokens: int, token_position: Optional[int],
                 tokenizer: Optional[dict] = None) -> dict:
     """One output line. ``n_tokens`` = tokens of input + answer prefix (upstream counts the prompt with its prefix)."""
-    # Key order is the spec's table order (+ tokenizer): lines serialise identically run to run.
+    # Key order is the field table of docs/ruler.md (+ tokenizer): lines serialise identically run to run.
     length = n_tokens + tokens_to_generate
     record = {"index": index, "input": prompt.input, "outputs": list(outputs), "length": length,
               "length_w_model_temp": length + template_tokens, "answer_prefix": answer_prefix,

@@ -8,7 +8,7 @@ least as many lines as there are needles). ``essay`` (sentences of the offline W
 depths drawn without replacement from 40 evenly spaced percentages (upstream's scheme; depth 100 is the end).
 
 Evidence (``needle_spans``): the needles of the queried keys. Needles of non-queried keys (multikey distractors, the
-``needle`` haystack) are distractors, not evidence. For the reference tasks (niah_mq_q*, niah_mv_v*) every inserted
+``needle`` haystack) are distractors, not evidence. For FlashTrace's tasks (niah_mq_q*, niah_mv_v*) every inserted
 keyed needle is queried, so every inserted needle is one entry.
 """
 
