@@ -16,6 +16,7 @@ from omegaconf import MISSING
 
 from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
+from ctxbench.part import param
 from ctxbench.prompts.icl import ICLTemplate, box_template
 from ctxbench.reporting.run_outputs import RunOutputs
 from ctxbench.reporting.stats import StatsSettings
@@ -30,7 +31,7 @@ class DataConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     # The context length of the experiment: RULER tasks are generated at (and read from) this length
     # (their YAML says length: ${length}); the paper's 1,024 unless a config or the command line says otherwise.
-    length: int = 1024
+    length: int = param(1024, ge=1)
 
 
 @dataclass
@@ -39,14 +40,14 @@ class PromptConfig(DataConfig):
     ``retriever``, rendered with ``template``."""
 
     retriever: Any = MISSING  # a Retriever part (conf/retriever/<name>.yaml, docs/retrievers.md)
-    template: ICLTemplate = field(default_factory=box_template)  # docs/retrievers.md#templates
+    template: ICLTemplate = field(default_factory=box_template)  # docs/retrievers.md#templates-ctxbenchpromptsicl
     pool: Optional[str] = None  # a JSONL pool of worked examples; None = the shipped box pool
 
 
 @dataclass
 class ShardConfig:
-    index: int = 0
-    count: int = 1  # this run processes dataset rows index, index + count, ...
+    index: int = param(0, ge=0)
+    count: int = param(1, ge=1)  # this run processes dataset rows index, index + count, ...
 
 
 @dataclass
@@ -56,11 +57,13 @@ class SampleConfig(PromptConfig):
     generator: Any = MISSING  # a Generator part (conf/generator/<name>.yaml)
     judge: Any = MISSING  # a Judge part (conf/judge/<name>.yaml)
     cache: Optional[str] = None  # the CachedExample cache; None = <paths.samples_dir>/<dataset.name>.jsonl
-    max_examples: Optional[int] = None  # keep the first N judged-correct examples in dataset order
-    max_rows: Optional[int] = None  # process only the first N rows of the dataset (a budget; a rerun may raise it)
+    max_examples: Optional[int] = param(None, ge=1)  # keep the first N judged-correct examples in dataset order
+    # process only the first N rows of the dataset (a budget; a rerun may raise it)
+    max_rows: Optional[int] = param(None, ge=1)
     shard: ShardConfig = field(default_factory=ShardConfig)
     merge: bool = False  # join shards 0..shard.count-1 of the cache instead of sampling
-    chunk: int = 16  # rows generated, judged and written at a time (a kill loses at most one chunk's work)
+    # rows generated, judged and written at a time (a kill loses at most one chunk's work)
+    chunk: int = param(16, ge=1)
     dry_run: bool = False
     progress: bool = True
     resume: Optional[str] = None  # latest | <job folder>: go on with that run (conf/hydra/default.yaml)
@@ -74,8 +77,8 @@ class RunConfig(RunOutputs, DataConfig):
     mode: Dict[str, Any] = field(default_factory=dict)
     retriever: Any = None  # a Retriever part: what mode=retrieval evaluates (docs/retrieval.md)
     reranker: Any = None  # a Reranker part: mode=retrieval rescores the top hits with it (null: NoReranker)
-    max_examples: Optional[int] = None
-    prompt_format: str = "table1"  # table1 | bare
+    max_examples: Optional[int] = param(None, ge=1)
+    prompt_format: str = param("table1", choices=("table1", "bare"))
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
     shard: ShardConfig = field(default_factory=ShardConfig)  # docs/scale-out.md: this job attributes one slice
     merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
@@ -119,7 +122,7 @@ class ReportConfig:
 class PreviewConfig(PromptConfig):
     """``exp/exp2/preview_prompts.py``: the prompts the sampling stage would send for the first ``n`` rows."""
 
-    n: int = 3
+    n: int = param(3, ge=1)
     output: Optional[str] = None  # also write one JSON line per row here
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import typing
 from typing import Any, ClassVar, Optional
 
 from ctxbench.errors import ConfigError
@@ -136,6 +137,33 @@ def neutral_fields(cls: type) -> frozenset[str]:
     if not dataclasses.is_dataclass(cls):
         return frozenset()
     return frozenset(f.name for f in dataclasses.fields(cls) if is_neutral(f))
+
+
+def check_stage_config(values: Any, schema: type, where: str = "") -> None:
+    """The declared checks of a stage config's dataclass (``schema``: ``ctxbench.conf.RunConfig``, ...) applied to
+    its composed values (a DictConfig or mapping), nested config dataclasses included (``shard.count=0: must be >=
+    1``): a stage checks its own settings as a part's are checked, before it loads anything."""
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        check = f.metadata.get(CHECK)
+        kind = hints.get(f.name)
+        nested = isinstance(kind, type) and dataclasses.is_dataclass(kind) and _declares_checks(kind)
+        # only checked values are read: reading resolves interpolations (paths.root=${hydra:runtime.cwd}), which
+        # need a running Hydra app
+        if (check is None and not nested) or f.name not in values:
+            continue
+        value = values[f.name]
+        if check is not None and (problem := check.problem(value)) is not None:
+            raise refuse(where + f.name, value, problem)
+        if nested and value is not None:
+            check_stage_config(value, kind, f"{where}{f.name}.")
+
+
+@functools.cache
+def _declares_checks(schema: type) -> bool:
+    hints = typing.get_type_hints(schema)
+    return any(CHECK in f.metadata or (isinstance(hints.get(f.name), type) and dataclasses.is_dataclass(
+        hints[f.name]) and _declares_checks(hints[f.name])) for f in dataclasses.fields(schema))
 
 
 class Part:

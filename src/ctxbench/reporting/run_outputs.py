@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, List
 
+from ctxbench.part import param
 from ctxbench.reporting.stats import StatsSettings
 
 
 @dataclass
 class RunOutputs:
     views: List[str] = field(default_factory=lambda: ["seq", "row", "rec"])  # token views scored by every mode
-    heatmaps: int = 0  # heat maps of the first N examples: heatmaps/<method>/<example>.html and in report.html
+    # heat maps of the first N examples: heatmaps/<method>/<example>.html and in report.html
+    heatmaps: int = param(0, ge=0)
     html: bool = True  # write report.html (docs/report.md): tables, figures and the heat maps, in one file
     save_traces: bool = False  # write per-example hop vectors as .npz under traces/<method>/
     # intervals and paired comparisons of summary.json/summary.md (docs/metrics.md#statistics); run.yaml: seed=${seed}

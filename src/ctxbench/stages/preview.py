@@ -17,6 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ctxbench.errors import ConfigError
 from ctxbench.files import atomic_write_text
+from ctxbench.conf import PreviewConfig
+from ctxbench.part import check_stage_config
 from ctxbench.parts import build
 from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
@@ -55,9 +57,8 @@ def format_record(rec: dict[str, Any]) -> str:
 def preview_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     from ctxbench.models.causal_lm import load_causal_lm, load_tokenizer
 
+    check_stage_config(cfg, PreviewConfig)
     paths = stage_paths(cfg)
-    if cfg.n < 1:
-        raise ConfigError(f"n={cfg.n}: must be >= 1")
     dataset = build_dataset(cfg)
     retriever = build(cfg.retriever, "retriever", Retriever)
     template = build_template(cfg)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ctxbench.attribution import Attributor, save_trace
-from ctxbench.conf import to_plain
+from ctxbench.conf import RunConfig, to_plain
 from ctxbench.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
 from ctxbench.files import safe_filename
@@ -26,7 +26,7 @@ from ctxbench.jsonl import AppendOnlyJsonl
 from ctxbench.metrics.scorer import build_scorers
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
-from ctxbench.part import without_neutral
+from ctxbench.part import check_stage_config, without_neutral
 from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
@@ -68,6 +68,7 @@ def open_results(path: Path, fingerprints: dict[str, str]) -> AppendOnlyJsonl:
 
 
 def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    check_stage_config(cfg, RunConfig)
     # A mode that is a whole evaluation of its own (retrieval) runs alone; the others score attributions.
     modes = build_all(cfg.mode, "mode")
     own = [m for m in modes.values() if isinstance(m, RetrievalMode)]

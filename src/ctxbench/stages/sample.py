@@ -17,7 +17,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from ctxbench.conf import to_plain
+from ctxbench.conf import SampleConfig, to_plain
 from ctxbench.datasets.base import file_fingerprint
 from ctxbench.errors import ConfigError
 from ctxbench.example import CachedExample
@@ -25,6 +25,7 @@ from ctxbench.files import atomic_write_text
 from ctxbench.generators.base import GenerationRequest, Generator
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
+from ctxbench.part import check_stage_config
 from ctxbench.parts import build
 from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
@@ -105,6 +106,7 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
 
 
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    check_stage_config(cfg, SampleConfig)
     paths = stage_paths(cfg)
     # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
@@ -116,10 +118,6 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if cfg.chunk < 1:
-        raise ConfigError(f"chunk={cfg.chunk}: must be >= 1")
-    if cfg.max_rows is not None and cfg.max_rows < 1:
-        raise ConfigError(f"max_rows={cfg.max_rows}: must be >= 1 (or null: every row)")
     model_cfg = OmegaConf.to_object(cfg.model)
     local = model_cfg.backend == "hf"
     # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
