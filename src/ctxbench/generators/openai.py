@@ -12,6 +12,7 @@ from typing import ClassVar, Optional
 
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
 from ctxbench.models.openai_client import ChatError, EndpointSettings
+from ctxbench.part import param
 
 
 @dataclass(kw_only=True)
@@ -20,16 +21,12 @@ class OpenAIGenerator(EndpointSettings, Generator):
     (0 = greedy) and ``seed`` (sent when set; servers that honour it make sampling repeatable)."""
 
     name: ClassVar[str] = "openai"
-    max_new_tokens: int = 1024
-    temperature: float = 0.0
+    max_new_tokens: int = param(1024, ge=1)
+    temperature: float = param(0.0, ge=0)
     seed: Optional[int] = None
 
     def __post_init__(self):
         self.check_endpoint()
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0")
         self._client = self.client()
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
