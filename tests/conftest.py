@@ -10,14 +10,20 @@ the session fails if anything under ``PROJECT_FOLDERS`` changed while it ran.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-# dequantised models and embeddings: kept between sessions (dequantising SmolLM2 takes a while), never the project's
-CACHE_DIR = Path(os.environ.get("CTXBENCH_TEST_CACHE") or Path(tempfile.gettempdir()) / "ctxbench-test-cache")
+# Shared helpers live in tests/helpers/ (a test imports them from there, not from this file); ROOT, CACHE_DIR and
+# without_timings stay importable from here for the modules not yet moved over.
+from helpers.paths import CACHE_DIR, ROOT
+from helpers.records import without_timings  # noqa: F401
+
+# pytest-xdist workers (addopts: one per core, at most 4) share the cores: each worker's torch, and the stages its
+# tests start as subprocesses (they inherit the environment), take an equal share instead of every core each
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 # where the stages write by default under the project root (paths group, Hydra's outputs) and the committed runs
 PROJECT_FOLDERS = ("data", "exp/exp2/data", "outputs", ".cache", "runs")
 
@@ -49,15 +55,6 @@ def project_folders_untouched(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def temporary_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-
-
-def without_timings(obj):
-    """A results record (or a part of one) without its timing fields (``*_s``, ``*timings``), which differ per run."""
-    if isinstance(obj, dict):
-        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
-    if isinstance(obj, list):
-        return [without_timings(v) for v in obj]
-    return obj
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from attribution_helpers import FakeTokenizer, make_input, tiny_model
 from ctxbench.attribution import UnsupportedModelError, views
 from ctxbench.attribution import attnlrp as al
 from ctxbench.attribution.attnlrp import AttnLRPAttributor, FTAttnLRPAttributor, LRPPass
 from ctxbench.attribution.base import InputContext
 from ctxbench.attribution.lrp_rules import identity_rule, linear_rule, uniform_rule
+
+from helpers.tiny_models import FakeTokenizer, make_input, story_input, tiny_model
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gpt2")
 
@@ -387,20 +388,9 @@ def test_unsupported_models_are_refused():
 
 # --- SmolLM2 and the run stage (slow) -------------------------------------------------------------------------------
 
-PROMPT = ("The red key is in the blue box. The green key is under the table. Alice took the blue box to the garden."
-          "\nQuestion: Where is the red key?")
-TARGET = "The red key is in the blue box, and Alice took the box to the garden.\nThe garden."
-
-
 @pytest.mark.slow
 def test_conservation_on_smollm2(smollm2, monkeypatch):
-    from ctxbench.prompts.formats import ModelInput
-
-    tok = smollm2.tokenizer
-    p_ids = tok(PROMPT, add_special_tokens=False).input_ids
-    g_ids = tok(TARGET, add_special_tokens=False).input_ids + [tok.eos_token_id]
-    mi = ModelInput(input_ids=torch.tensor(p_ids + g_ids), prompt_positions=torch.arange(len(p_ids)),
-                    prompt_offsets=[], gen_start=len(p_ids), text=PROMPT)
+    mi = story_input(smollm2.tokenizer)
     model = smollm2.model
     req = [p.requires_grad for p in model.parameters()]
     try:
@@ -426,8 +416,8 @@ def test_conservation_on_smollm2(smollm2, monkeypatch):
 def test_run_exp_writes_attnlrp_records(tmp_path):
     import json
 
-    from test_run_exp import run_cfg
     from ctxbench.stages.run import RESULTS, run_stage
+    from helpers.configs import run_cfg
 
     cfg = run_cfg(tmp_path, "dataset.num_samples=1", "max_examples=1", "attribution=[attnlrp,ft_attnlrp]",
                   "attribution.attnlrp.row_batch=8", "attribution.ft_attnlrp.hops=2", "mode=[recovery]",

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make, make_input, tiny_model
-
 from ctxbench.attribution.base import causal_column_mask
+
+from helpers.tiny_models import FakeTokenizer, make, make_input, tiny_model
 
 
 @pytest.fixture(scope="module")

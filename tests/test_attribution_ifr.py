@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make, make_input, tiny_model
 from ctxbench.attribution import capture, per_token_ifr, reconstruct_x_mid, span_ifr
 from ctxbench.attribution import multi_hop as mh
 from ctxbench.attribution.ifr import IFRConfig
+
+from helpers.tiny_models import FakeTokenizer, make, make_input, tiny_model
 
 FAMILIES = ["llama", "qwen2", "qwen3", "gpt2"]
 EAGER = dict(forward_attn_impl=None)  # capture with the loaded eager kernel, like capture() below

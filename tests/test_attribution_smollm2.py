@@ -6,27 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import make
 from ctxbench.attribution import capture, reconstruct_x_mid, views
-from ctxbench.prompts.formats import ModelInput
+
+from helpers.tiny_models import make, story_input
 
 pytestmark = pytest.mark.slow
-
-PROMPT = ("The red key is in the blue box. The green key is under the table. Alice took the blue box to the garden."
-          "\nQuestion: Where is the red key?")
-TARGET = "The red key is in the blue box, and Alice took the box to the garden.\nThe garden."
-
 
 @pytest.fixture(scope="module")
 def example(smollm2):
     tok = smollm2.tokenizer
-    p_ids = tok(PROMPT, add_special_tokens=False).input_ids
-    g_ids = tok(TARGET, add_special_tokens=False).input_ids + [tok.eos_token_id]
-    ids = torch.tensor(p_ids + g_ids)
-    mi = ModelInput(input_ids=ids, prompt_positions=torch.arange(len(p_ids)), prompt_offsets=[],
-                    gen_start=len(p_ids), text=PROMPT)
+    mi = story_input(tok)  # the answer "The garden." ends the generation, before EOS
     n_ans = len(tok("The garden.", add_special_tokens=False).input_ids)
-    G = len(g_ids)
+    G = len(mi.input_ids) - mi.gen_start
     return mi, (G - 1 - n_ans, G - 2), (0, G - 2 - n_ans)
 
 

@@ -3,14 +3,9 @@ id, no span_tokenizer) load for any model, with spans redone from the boxed answ
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.datasets import CachedJsonl, Paths, RulerTask
 from ctxbench.errors import DataError, ExampleRefused
 from ctxbench.evaluation import example_spans, prepare_example
@@ -18,7 +13,10 @@ from ctxbench.example import CachedExample, ExampleStore, read_examples
 from ctxbench.parts import build
 from ctxbench.sampling import attach_spans
 
-from conftest import CACHE_DIR, ROOT
+from helpers.cli import run_script
+from helpers.configs import compose_stage
+from helpers.paths import CACHE_DIR
+from helpers.records import write_jsonl
 
 NEEDLES = ("One of the special magic numbers for quiet-river is: 4817263.",
            "One of the special magic numbers for quiet-river is: 9051726.")
@@ -47,15 +45,10 @@ def reference_row(thinking=THINKING, boxed=BOXED, sink=(20, 31)):
 SHORT = ("Two numbers.", "The numbers are 1 and 2.")
 
 
-def write_rows(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def authors_file(tmp_path):
     # the second row's FlashTrace spans lie past the end of the target in SmolLM2's tokens
-    return write_rows(tmp_path / "niah_mq_q2.jsonl",
+    return write_jsonl(tmp_path / "niah_mq_q2.jsonl",
                       [reference_row(), reference_row(*SHORT, sink=(120, 131))])
 
 
@@ -104,7 +97,7 @@ def test_reference_file_copied_to_the_samples_dir(smol_tokenizer, authors_file, 
 def test_answer_not_in_target_is_refused_with_its_line(smol_tokenizer, tmp_path):
     bad = reference_row()
     bad["metadata"]["boxed_answer"] = "The answer is 42."
-    p = write_rows(tmp_path / "bad.jsonl", [reference_row(), bad])
+    p = write_jsonl(tmp_path / "bad.jsonl", [reference_row(), bad])
     with pytest.raises(DataError) as err:
         list(read_examples(p, smol_tokenizer))
     assert str(err.value).startswith(f"{p}:2: field 'metadata.boxed_answer': ") and err.value.line == 2
@@ -112,7 +105,7 @@ def test_answer_not_in_target_is_refused_with_its_line(smol_tokenizer, tmp_path)
         example_spans(CachedExample(**{**bad, "metadata": {**bad["metadata"], "index": 1}}), smol_tokenizer)
     outside = reference_row()
     outside["metadata"]["sink_char_span"] = [5, 10_000]
-    p = write_rows(tmp_path / "outside.jsonl", [outside])
+    p = write_jsonl(tmp_path / "outside.jsonl", [outside])
     with pytest.raises(DataError, match=r"outside.jsonl:1: field 'metadata.sink_char_span'"):
         list(read_examples(p, smol_tokenizer))
 
@@ -120,7 +113,7 @@ def test_answer_not_in_target_is_refused_with_its_line(smol_tokenizer, tmp_path)
 def test_file_with_some_ids_is_refused(tmp_path):
     with_id = reference_row()
     with_id["metadata"]["id"] = "a"
-    p = write_rows(tmp_path / "mixed.jsonl", [with_id, reference_row(), reference_row()])
+    p = write_jsonl(tmp_path / "mixed.jsonl", [with_id, reference_row(), reference_row()])
     with pytest.raises(DataError, match=r"mixed.jsonl:2: field 'metadata.id': no metadata.id"):
         list(read_examples(p))
 
@@ -139,16 +132,13 @@ def test_rows_of_our_tokenizer_and_hand_made_rows_keep_their_spans(smol_tokenize
 
 
 def test_dataset_cached_composes_and_loads(smol_tokenizer, authors_file, tmp_path):
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="run", overrides=["dataset=cached", f"dataset.path={authors_file}",
-                                                    "dataset.name=niah_mq_q2", f"paths.root={tmp_path}"])
+    cfg = compose_stage("run", "dataset=cached", f"dataset.path={authors_file}", "dataset.name=niah_mq_q2",
+                        f"paths.root={tmp_path}")
     dataset = build(cfg.dataset, "dataset")
     assert dataset == CachedJsonl(name="niah_mq_q2", path=str(authors_file))
     _, examples = dataset.load(Paths(samples_dir=str(tmp_path)), smol_tokenizer)
     assert len(examples) == 2
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        default = compose(config_name="run", overrides=["dataset=cached", "dataset.name=t", f"paths.root={tmp_path}"])
+    default = compose_stage("run", "dataset=cached", "dataset.name=t", f"paths.root={tmp_path}")
     assert build(default.dataset, "dataset").path == f"{tmp_path}/exp/exp2/data/t.jsonl"  # the sampled cache
 
 
@@ -156,14 +146,12 @@ def test_run_exp_dry_run_and_one_line_error(authors_file, tmp_path):
     """From the command line: the file loads (dry run, no model); a bad row stops the stage with one line, exit 2."""
     bad_row = reference_row()
     bad_row["metadata"]["boxed_answer"] = "nowhere"
-    bad = write_rows(tmp_path / "bad.jsonl", [reference_row(), bad_row])
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    bad = write_jsonl(tmp_path / "bad.jsonl", [reference_row(), bad_row])
 
     def run_exp(path, run_dir):
-        return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "dataset=cached",
-                               f"dataset.path={path}", "dataset.name=niah_mq_q2", "dry_run=true",
-                               f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 's'}",
-                               f"hydra.run.dir={run_dir}"], env=env, capture_output=True, text=True, timeout=600)
+        return run_script("run_exp.py", "dataset=cached", f"dataset.path={path}", "dataset.name=niah_mq_q2",
+                          "dry_run=true", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 's'}",
+                          f"hydra.run.dir={run_dir}")
 
     out = run_exp(bad, tmp_path / "run_bad")
     assert out.returncode == 2, out.stderr[-2000:]

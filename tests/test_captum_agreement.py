@@ -17,9 +17,10 @@ import pytest
 import torch
 from captum.attr import InputXGradient, LayerIntegratedGradients
 
-from attribution_helpers import FakeTokenizer, make_input, tiny_model
 from ctxbench.attribution import InputXGradientAttributor, IntegratedGradientsAttributor
 from ctxbench.attribution.base import InputContext, causal_column_mask
+
+from helpers.tiny_models import FakeTokenizer, make_input, tiny_model
 
 STEPS = 20
 

@@ -1,48 +1,152 @@
-"""Hydra composition: every option of every group composes against the schemas; typos are errors; stages run from the
-CLI."""
+"""Hydra composition: every option of every group composes against the schemas and builds into its part (nothing
+loaded); typos are errors; stages run from the CLI."""
 
+import functools
 import json
-import os
-import subprocess
+import socket
 import sys
+from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from ctxbench.attribution import Attributor
 from ctxbench.conf import register_configs
-from ctxbench.parts import build, build_all
+from ctxbench.datasets.base import Dataset
+from ctxbench.generators.base import Generator
+from ctxbench.metrics.scorer import Scorer
+from ctxbench.models.spec import ModelConfig
+from ctxbench.part import Part
+from ctxbench.parts import build, build_all, find_targets
+from ctxbench.rerankers.base import Reranker
+from ctxbench.retrieval.data import RetrievalData
+from ctxbench.retrieval.mode import RetrievalMode
+from ctxbench.retrievers.base import Retriever
+from ctxbench.sampling.judges import Judge
 
-from conftest import CACHE_DIR, ROOT
+from helpers.cli import run_script
+from helpers.configs import compose_stage
+from helpers.paths import CACHE_DIR, CONF
+from helpers.records import RULER_LINE, write_jsonl, write_ruler_task
 
-CONF = ROOT / "conf"
-register_configs()
-
-# hydra/default.yaml configures Hydra itself (checked by test_run_and_sweep_dirs_set_once)
+# hydra/default.yaml configures Hydra itself (checked by test_run_and_sweep_dirs_set_once). Every list of options
+# below is read from the files in conf/<group>/: a new file is a new test case.
 GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml") if p.parent.name != "hydra")
-MAIN_CONFIGS = {"run": None, "sample": None, "prepare": None}
+MAIN_CONFIGS = ("run", "sample", "prepare")
+# The groups whose options are parts (conf/<group>/<option>.yaml names a class by _target_) and the base every option
+# must build into, as the stages build them (ctxbench.parts.build); attribution and mode select several options at
+# once, each under its own key.
+PART_BASES = {
+    "attribution": Attributor,
+    "mode": (Scorer, RetrievalMode),  # mode=retrieval evaluates a retriever instead of scoring attributions
+    "retriever": Retriever,
+    "reranker": Reranker,
+    "generator": Generator,
+    "judge": Judge,
+    "dataset": (Dataset, RetrievalData),  # the retrieval data sets (beir, wiki_demo) are datasets of mode=retrieval
+}
+KEYED_GROUPS = ("attribution", "mode")
+BACKENDS = ("hf", "openai")  # the model group's backends (ctxbench.models.spec.ModelConfig)
 
 
-def _compose(config_name, overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=config_name, overrides=overrides)
-
-
+@functools.cache
 def _groups_of(config_name):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name=config_name)
-    return set(cfg.keys())
+    return frozenset(compose_stage(config_name).keys())
 
 
-def _fill_mandatory(group, option):
-    extra = ["paths.root=/tmp/ctxbench-root"]
+def _fill_mandatory(group, option, tmp_path):
+    """What a user must add to select the option (``???`` or null in its file; the files are made by the test), and
+    a temporary root."""
+    extra = [f"paths.root={tmp_path}"]
     if (group, option) == ("dataset", "jsonl"):
-        extra.append("dataset.path=/tmp/any.jsonl")
+        extra.append(f"dataset.path={tmp_path / 'any.jsonl'}")
     if (group, option) == ("reranker", "cross_encoder"):  # no cross-encoder is packaged: the user names one
-        extra.append("reranker.model=/tmp/any-model")
+        extra.append(f"reranker.model={tmp_path / 'cross-encoder'}")
+    if (group, option) == ("generator", "replay"):  # the responses made elsewhere
+        extra.append(f"generator.path={tmp_path / 'responses.jsonl'}")
     return extra
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Building a part loads no model and opens no connection: a part that needs the ``model`` group's LM is handed it
+    later (``use_lm``), one with a model of its own loads it on first use."""
+    from transformers import PreTrainedModel
+
+    from ctxbench.models import causal_lm
+
+    def refused(what):
+        def call(*args, **kwargs):
+            raise AssertionError(f"building a part {what}")
+        return call
+
+    monkeypatch.setattr(socket.socket, "connect", refused("opened a connection"))
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refused("loaded model weights")))
+    for name in ("load_causal_lm", "load_tokenizer"):  # wherever the loaders were imported by name
+        real = getattr(causal_lm, name)
+        for module in [m for m in list(sys.modules.values()) if getattr(m, name, None) is real]:
+            monkeypatch.setattr(module, name, refused(f"called {name}"))
+
+
+def _stand_in_lm():
+    """What the stage hands a part that needs the LM (a ``LoadedLM``), without weights: a one-parameter module."""
+    import torch
+
+    from ctxbench.models import LoadedLM
+    from ctxbench.models.causal_lm import ModelSource
+
+    return LoadedLM(model=torch.nn.Linear(1, 1), tokenizer=None, config=ModelConfig(), source=ModelSource("stand-in"),
+                    device=torch.device("cpu"))
+
+
+def _without_identity(settings):
+    """A part's settings as a config again: ``identity`` (what its model files are) is reported, not a parameter."""
+    if isinstance(settings, dict):
+        part = "_target_" in settings
+        return {k: _without_identity(v) for k, v in settings.items() if not (part and k == "identity")}
+    if isinstance(settings, list):
+        return [_without_identity(v) for v in settings]
+    return settings
+
+
+def _settings_of_built(node, where):
+    part = build(node, where)
+    if part.needs_lm:
+        part.use_lm(_stand_in_lm())
+    return part, part.settings()
+
+
+def _check_part(node, group, option):
+    where = f"{group}.{option}"
+    part, settings = _settings_of_built(node, where)
+    assert isinstance(part, Part) and isinstance(part, PART_BASES[group]), (where, type(part))
+    assert type(part) is get_class(node["_target_"]), where  # the _target_ names the class built
+    if isinstance(part, Scorer):  # a scorer files its results under its name: the stage refuses another key
+        assert part.name == option, where
+    # the settings are what fingerprints, caches and reports store: JSON as they are, naming the class, and a config
+    # that builds the same part again
+    assert json.loads(json.dumps(settings)) == settings, where
+    assert get_class(settings["_target_"]) is type(part), where
+    assert _settings_of_built(_without_identity(settings), where)[1] == settings, where
+
+
+def _check_model(model, option):
+    """The model group holds settings, not a part: its file converts to ``ModelConfig``, and what it names resolves
+    without loading anything (a local folder or packaged GGUF that exists, a hub id, an endpoint)."""
+    from ctxbench.models import resolve_source
+
+    assert isinstance(model, ModelConfig), option
+    assert model.backend in BACKENDS, f"model/{option}.yaml: backend={model.backend!r}"
+    if model.backend == "hf":
+        source = resolve_source(model.path, model.gguf_file)
+        if source.is_local:
+            assert Path(source.location).is_dir(), (option, source)
+            assert source.gguf_file is None or (Path(source.location) / source.gguf_file).is_file(), (option, source)
+    else:
+        assert model.base_url and model.model_name and model.api_key_env, option
 
 
 def test_groups_are_present():
@@ -51,24 +155,45 @@ def test_groups_are_present():
     assert len([o for g, o in GROUP_OPTIONS if g == "dataset"]) >= 13
 
 
+def test_every_group_of_parts_has_a_base():
+    """A group whose files name classes is a group of parts: it needs its base in PART_BASES (every option of it is
+    then built by test_every_option_composes_and_builds, an option that only extends another one too)."""
+    groups = {g for g, _ in find_targets(CONF)}
+    assert groups <= set(PART_BASES), f"a new group of parts: add its base class to PART_BASES: {groups}"
+
+
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
-def test_every_option_composes(group, option):
+def test_every_option_composes_and_builds(group, option, tmp_path, monkeypatch, nothing_loads):
+    """Each option, selected in each stage config that has its group, composes against the schema, and builds: a part
+    into an instance of its group's base with settings that round-trip, a model into its settings."""
+    (tmp_path / "cross-encoder").mkdir()
+    write_jsonl(tmp_path / "responses.jsonl", [{"id": "x", "response": "\\box{x}"}])
     if group == "experiment":  # global bundles, added with +experiment=<name>
-        cfg = _compose("run", [f"+experiment={option}", "paths.root=/tmp/ctxbench-root"])
+        cfg = compose_stage("run", f"+experiment={option}", f"paths.root={tmp_path}")
         OmegaConf.to_object(cfg)
+        for key in KEYED_GROUPS:
+            for name, node in cfg[key].items():
+                _check_part(node, key, name)
         return
     used = False
     for main in MAIN_CONFIGS:
         if group not in _groups_of(main):
             continue
         used = True
-        cfg = _compose(main, [f"{group}={option}"] + _fill_mandatory(group, option))
+        cfg = compose_stage(main, f"{group}={option}", *_fill_mandatory(group, option, tmp_path))
         obj = OmegaConf.to_object(cfg)  # validates against the schema and resolves interpolations
         node = getattr(obj, group)
-        if group in ("mode", "attribution"):
+        if group in KEYED_GROUPS:
             assert option in node  # options of these groups stay separate, keyed by name
         elif group == "dataset":
             assert node.name in (option, "jsonl")
+        if group in PART_BASES:
+            part = cfg[group][option] if group in KEYED_GROUPS else cfg[group]
+            if part.get("api_key_env"):  # an endpoint part reads its key when it is built (nothing is sent here)
+                monkeypatch.setenv(part.api_key_env, "sk-test-not-sent")
+            _check_part(part, group, option)
+        elif group == "model":
+            _check_model(node, option)
     assert used, f"{group}/{option}.yaml is not reachable from any main config"
 
 
@@ -79,7 +204,7 @@ def test_dataset_options_match_their_names():
 
 
 def test_several_modes_and_methods_in_one_run():
-    cfg = _compose("run", ["mode=[faithfulness,recovery,coverage]", "attribution=[ifr_multi_hop_both,attention]"])
+    cfg = compose_stage("run", "mode=[faithfulness,recovery,coverage]", "attribution=[ifr_multi_hop_both,attention]")
     assert list(cfg.mode) == ["faithfulness", "recovery", "coverage"]
     assert list(cfg.attribution) == ["ifr_multi_hop_both", "attention"]
     assert cfg.attribution.ifr_multi_hop_both.hop0 == "all_gen"
@@ -89,32 +214,31 @@ def test_run_and_sweep_dirs_set_once():
     for main in ("run", "sample", "prepare", "report"):
         text = (CONF / f"{main}.yaml").read_text()
         assert "hydra: default" in text and "dir:" not in text
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="run", return_hydra_config=True)
+    cfg = compose_stage("run", hydra=True)
     assert cfg.hydra.run.dir.startswith("outputs/run_exp/niah_mq_q2/") and cfg.hydra.job.name == "run_exp"
     assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
 
 
 def test_every_parameter_can_be_overridden():
     """Parameters come from the constructors, so ones the YAML does not list can be set without '+'."""
-    cfg = _compose("run", ["attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hops=3",
+    cfg = compose_stage("run", "attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hops=3",
                            "attribution.ifr_multi_hop_both.tau=0.01", "mode=[recovery]", "mode.recovery.fraction=0.05",
-                           "dataset.num_samples=20"])
+                           "dataset.num_samples=20")
     method = build_all(cfg.attribution, "attribution")["ifr_multi_hop_both"]
     assert (method.hops, method.tau, method.hop0) == (3, 0.01, "all_gen")
     assert build_all(cfg.mode, "mode")["recovery"].metrics()[0].label == "Recall@5%"
     assert build(cfg.dataset, "dataset").num_samples == 20
     # a value the constructor refuses fails when the part is built, naming the key
-    bad = _compose("run", ["attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hop0=first"])
+    bad = compose_stage("run", "attribution=[ifr_multi_hop_both]", "attribution.ifr_multi_hop_both.hop0=first")
     with pytest.raises(Exception, match=r"attribution.ifr_multi_hop_both: .*hop0='first'"):
         build_all(bad.attribution, "attribution")
 
 
 def test_quick_default_and_table1_bundle():
-    quick = _compose("run", [])
+    quick = compose_stage("run")
     assert (quick.dataset.name, quick.dataset.length, quick.max_examples) == ("niah_mq_q2", 512, 3)
     assert list(quick.attribution) == ["ifr_multi_hop", "random"] and list(quick.mode) == ["faithfulness", "recovery"]
-    t1 = _compose("run", ["+experiment=table1", "dataset=vt_h4_c1"])
+    t1 = compose_stage("run", "+experiment=table1", "dataset=vt_h4_c1")
     assert (t1.dataset.name, t1.dataset.length, t1.max_examples, t1.prompt_format) == ("vt_h4_c1", 1024, 100, "table1")
     assert list(t1.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
                                     "attention", "integrated_gradients", "attnlrp", "perturbation"]
@@ -124,14 +248,14 @@ def test_quick_default_and_table1_bundle():
                                       "attribution.ifr_multi_hop.hopz=2", "prompt_fromat=bare"])
 def test_misspelt_key_is_rejected(override):
     with pytest.raises((ConfigCompositionException, ConfigKeyError)):
-        _compose("run", [override])
+        compose_stage("run", override)
 
 
 def test_wrong_type_and_unknown_option_are_rejected():
     with pytest.raises((ConfigCompositionException, ValidationError)):
-        _compose("run", ["dataset.length=long"])
+        compose_stage("run", "dataset.length=long")
     with pytest.raises(ConfigCompositionException, match="faithfulnes"):
-        _compose("run", ["mode=faithfulnes"])
+        compose_stage("run", "mode=faithfulnes")
 
 
 def test_misspelt_key_in_a_group_file_is_rejected(tmp_path):
@@ -145,19 +269,14 @@ def test_misspelt_key_in_a_group_file_is_rejected(tmp_path):
         "defaults:\n  - /schema/attribution/typo@typo\n  - _self_\ntypo:\n"
         "  _target_: ctxbench.attribution.multi_hop.MultiHopIFRAttributor\n  hopz: 2\n")
     register_configs(conf)
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        with pytest.raises(ConfigCompositionException):
-            compose(config_name="run", overrides=["model=typo"])
-        with pytest.raises(ConfigCompositionException, match="hopz"):
-            compose(config_name="run", overrides=["attribution=[typo]"])
+    with pytest.raises(ConfigCompositionException):
+        compose_stage("run", "model=typo", conf_dir=conf)
+    with pytest.raises(ConfigCompositionException, match="hopz"):
+        compose_stage("run", "attribution=[typo]", conf_dir=conf)
 
 
-def _cli(script, *args, cwd=None, full_error=True):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    if full_error:
-        env["HYDRA_FULL_ERROR"] = "1"
-    return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+def _cli(script, *args, full_error=True):
+    return run_script(script, *args, full_error=full_error)  # with the traceback unless the test reads the error
 
 
 def test_cli_cfg_job_and_help():
@@ -168,7 +287,7 @@ def test_cli_cfg_job_and_help():
     out = _cli("run_exp.py", "--help")
     assert out.returncode == 0
     for group in ("mode", "model", "retriever"):  # --help lists each group's options as conf/ holds them
-        options = ", ".join(sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")))
+        options = ", ".join(sorted(p.stem for p in (CONF / group).glob("*.yaml")))
         assert f"{group}: {options}" in out.stdout
     out = _cli("run_exp.py", "dataset.lenght=3")
     assert out.returncode != 0 and "lenght" in out.stderr
@@ -177,7 +296,7 @@ def test_cli_cfg_job_and_help():
 def test_user_errors_are_one_line(tmp_path):
     """Bad input ends with one 'error:' line naming the file/key and exit code 2; the traceback only on request."""
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(RULER_LINE) + "\n{oops\n")
+    write_jsonl(bad, [RULER_LINE, "{oops"])
     args = ["dataset=jsonl", f"dataset.path={bad}", "dataset.name=bad", f"paths.model_cache_dir={CACHE_DIR}",
             f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.run.dir={tmp_path / 'run'}"]
     out = _cli("run_exp.py", *args, full_error=False)
@@ -194,18 +313,11 @@ def test_user_errors_are_one_line(tmp_path):
     assert out.returncode != 0 and "Traceback" in out.stderr
 
 
-RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
-              "outputs": ["1234567"], "answer_prefix": " Answer:",
-              "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
-
-
 @pytest.mark.slow
 def test_multirun_writes_one_job_dir_each(tmp_path):
     data = tmp_path / "data"
     for task in ("niah_mq_q2", "vt_h2_c3"):
-        f = data / "ruler_multihop" / "512" / task / "validation.jsonl"  # the default job's length
-        f.parent.mkdir(parents=True)
-        f.write_text(json.dumps(RULER_LINE) + "\n")
+        write_ruler_task(data, task, length=512)  # the default job's length
     sweep = tmp_path / "sweep"
     out = _cli("run_exp.py", "-m", "dataset=niah_mq_q2,vt_h2_c3", "dry_run=true", f"paths.data_dir={data}",
                f"paths.model_cache_dir={CACHE_DIR}", f"hydra.sweep.dir={sweep}")

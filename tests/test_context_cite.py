@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import VOCAB, make_input, tiny_model
 from ctxbench.attribution.base import InputContext
 from ctxbench.attribution.context_cite import (ContextCiteAttributor, ablation_masks, example_rng, fit_surrogate,
                                                lasso, r_squared, split_heldout)
-from test_perturbation import EOS, GEN_START, IDS, PROMPT_UNITS, SentenceTokenizer
+
+from helpers.tiny_models import EOS, GEN_START, IDS, PROMPT_UNITS, VOCAB, SentenceTokenizer, make_input, tiny_model
 
 
 def test_lasso_meets_its_optimality_conditions():

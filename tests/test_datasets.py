@@ -11,6 +11,8 @@ from ctxbench.datasets.ruler import ruler_target
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.errors import DataError, UnknownDatasetError
 
+from helpers.records import write_jsonl
+
 
 def test_morehopqa_sample(morehopqa_path):
     ex = load_morehopqa(morehopqa_path)
@@ -66,12 +68,6 @@ RULER_LINES = [
     {"index": 1, "input": "Intro line. B is 5.\nQuestion?", "outputs": ["x", "y"], "answer_prefix": " Answer: ",
      "needle_spans": [{"span": [12, 19], "sentence": "B is 5."}]},
 ]
-
-
-def write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_ruler_loader_hand_written(tmp_path, smol_tokenizer):

@@ -15,7 +15,7 @@ import torch
 from ctxbench.models.embedder import (Embedder, folder_fingerprint, load_cached, resolve_model_path, save_cached,
                                       texts_fingerprint)
 
-from test_retrievers import wiki_articles
+from helpers.retrieval import wiki_articles
 
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.",
              "The new movie is awesome and everyone in the cinema clapped at the end of it.", "Bonjour",

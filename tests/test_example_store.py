@@ -7,6 +7,8 @@ import pytest
 from ctxbench.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples, validate_example
 
+from helpers.records import write_jsonl
+
 
 def row(i=0, **over):
     d = dict(prompt=f"p{i}", target="think\nans", indices_to_explain=[2, 3], attr_mask_indices=[0],
@@ -15,13 +17,9 @@ def row(i=0, **over):
     return d
 
 
-def write_lines(path, lines):
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-
 def test_roundtrip(tmp_path):
     p = tmp_path / "c.jsonl"
-    write_lines(p, [json.dumps(row(0)), "", json.dumps(row(1))])
+    write_jsonl(p, [json.dumps(row(0)), "", json.dumps(row(1))])
     got = list(read_examples(p))
     assert [e.example_id for e in got] == ["ex0", "ex1"]
     assert got[0] == CachedExample(**row(0))
@@ -44,7 +42,7 @@ def test_roundtrip(tmp_path):
 ])
 def test_bad_lines_name_file_line_field(tmp_path, bad_line, field, text):
     p = tmp_path / "bad.jsonl"
-    write_lines(p, [json.dumps(row(0)), bad_line])
+    write_jsonl(p, [json.dumps(row(0)), bad_line])
     with pytest.raises(DataError) as err:
         list(read_examples(p))
     msg = str(err.value)
@@ -60,7 +58,7 @@ def test_span_out_of_range_with_tokenizer(tmp_path):
             return {"input_ids": list(range(len(text.split())))}
 
     p = tmp_path / "c.jsonl"
-    write_lines(p, [json.dumps(row(0, target="a b c", sink_span=[1, 2], indices_to_explain=[1, 2])),
+    write_jsonl(p, [json.dumps(row(0, target="a b c", sink_span=[1, 2], indices_to_explain=[1, 2])),
                     json.dumps(row(1, target="a b c", sink_span=[2, 3], indices_to_explain=[1, 2]))])
     with pytest.raises(DataError,
                        match=r"c.jsonl:2: field 'sink_span': span \[2, 3\] lies outside the target's 3 tokens"):
@@ -88,7 +86,7 @@ def test_store_resumes_without_duplicates(tmp_path):
 
 def test_store_cuts_invalid_last_line_but_keeps_complete_ones(tmp_path):
     p = tmp_path / "cache.jsonl"
-    write_lines(p, [json.dumps(row(0)), '{"prompt": "tor'])
+    write_jsonl(p, [json.dumps(row(0)), '{"prompt": "tor'])
     with ExampleStore(p) as store:
         assert store.done == {"ex0"}
     assert len(p.read_text().splitlines()) == 1
@@ -96,7 +94,7 @@ def test_store_cuts_invalid_last_line_but_keeps_complete_ones(tmp_path):
 
 def test_store_refuses_invalid_existing_content(tmp_path):
     p = tmp_path / "cache.jsonl"
-    write_lines(p, [json.dumps(row(0)), json.dumps(row(1, prompt=None)), json.dumps(row(2))])
+    write_jsonl(p, [json.dumps(row(0)), json.dumps(row(1, prompt=None)), json.dumps(row(2))])
     with pytest.raises(DataError, match="cache.jsonl:2: field 'prompt'"):
         ExampleStore(p)
     assert len(p.read_text().splitlines()) == 3  # nothing lost
@@ -104,7 +102,7 @@ def test_store_refuses_invalid_existing_content(tmp_path):
 
 def test_store_rejects_duplicate_ids_on_disk(tmp_path):
     p = tmp_path / "cache.jsonl"
-    write_lines(p, [json.dumps(row(0)), json.dumps(row(0))])
+    write_jsonl(p, [json.dumps(row(0)), json.dumps(row(0))])
     with pytest.raises(DataError, match="duplicate key 'ex0'"):
         ExampleStore(p)
 
@@ -152,3 +150,28 @@ def test_store_refuses_a_second_writer_and_loses_nothing(tmp_path):
         holder.communicate("\n", timeout=60)
     assert holder.returncode == 0
     assert p.read_text().splitlines()[-1] == '{"prompt": "half"}'  # the other writer finished its line
+
+
+def test_store_lock_file_lives_as_long_as_the_writer(tmp_path):
+    """The writer's lock is ``<file>.lock`` (ctxbench.locks, the project's one lock scheme): it goes when the writer
+    closes, so the folder keeps no trace of it; a refused writer leaves the holder's lock alone; one left behind by a
+    killed writer is held by nobody and does not block the rerun; a file refused for its content leaves the folder
+    as it was."""
+    from ctxbench.locks import lock_path
+
+    p, lock = tmp_path / "cache.jsonl", lock_path(tmp_path / "cache.jsonl")
+    with ExampleStore(p) as store:
+        assert lock.exists()
+        with pytest.raises(DataError, match="another process is writing"):
+            ExampleStore(p)
+        assert lock.exists()
+        store.add(CachedExample(**row(0)))
+    assert [x.name for x in tmp_path.iterdir()] == ["cache.jsonl"]
+    lock.write_text("")  # a killed writer's
+    with ExampleStore(p) as store:
+        assert len(store) == 1
+    assert [x.name for x in tmp_path.iterdir()] == ["cache.jsonl"]
+    p.write_text(p.read_text() * 2)  # the same example twice
+    with pytest.raises(DataError, match="duplicate key"):
+        ExampleStore(p)
+    assert [x.name for x in tmp_path.iterdir()] == ["cache.jsonl"]

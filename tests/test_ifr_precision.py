@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make_input, tiny_model
 from ctxbench.attribution import (MultiHopBothAttributor, MultiHopIFRAttributor, SpanIFRAttributor, capture,
                                   per_token_ifr, span_ifr)
 from ctxbench.attribution.ifr import IFRAttributorBase, prox_l1
+
+from helpers.tiny_models import FakeTokenizer, make_input, tiny_model
 
 FLOOR = 1e-6
 
@@ -122,7 +123,7 @@ def morehopqa_input(tok, n_prompt: int, n_gen: int = 200):
 
 @pytest.fixture(scope="module")
 def smollm2_f64():
-    from conftest import CACHE_DIR
+    from helpers.paths import CACHE_DIR
     from ctxbench.models import ModelConfig, load_causal_lm
 
     lm = load_causal_lm(ModelConfig(device="cpu", dtype="float64"), need_attentions=True, cache_dir=CACHE_DIR)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 SRC = ROOT / "src"
 

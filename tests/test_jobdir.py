@@ -3,68 +3,42 @@ Ctrl-C ends with one line and the command that resumes, folder names pass back t
 
 import json
 import re
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from ctxbench.conf import register_configs
-
-from conftest import CACHE_DIR, ROOT
-
-register_configs()
-
-RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
-              "outputs": ["1234567"], "answer_prefix": " Answer:",
-              "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
-
-
-def _cli(script, *args, cwd=None, env=None):
-    env = {**os.environ, **(env or {})}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / script), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def _bytes(folder):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _ruler_data(tmp_path):
-    data = tmp_path / "data"
-    f = data / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl"
-    f.parent.mkdir(parents=True)
-    f.write_text(json.dumps(RULER_LINE) + "\n")
-    return data
+from helpers.cli import run_script, start_script
+from helpers.configs import compose_stage, plugin_module, plugin_option
+from helpers.paths import CACHE_DIR
+from helpers.records import folder_bytes, write_ruler_task
 
 
 def test_a_refused_rerun_leaves_the_folders_bytes_unchanged(tmp_path):
     """run_exp: results written under another configuration are refused before the folder changes (manifest.json,
     .hydra/*.yaml, the job's log: every byte as it was); a folder made for a run refused from the start is removed."""
-    data = _ruler_data(tmp_path)
+    data = tmp_path / "data"
+    write_ruler_task(data, "niah_mq_q2")
     common = [f"paths.data_dir={data}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 's'}",
               "attribution=[random]", "mode=[recovery]", "views=[seq]"]
     job = tmp_path / "job"
-    out = _cli("run_exp.py", *common, "dry_run=true", f"hydra.run.dir={job}")  # the earlier run's record
+    out = run_script("run_exp.py", *common, "dry_run=true", f"hydra.run.dir={job}")  # the earlier run's record
     assert out.returncode == 0, out.stderr[-2000:]
     assert {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "manifest.json",
-            "run_exp.log"} <= set(_bytes(job))
+            "run_exp.log"} <= set(folder_bytes(job))
     (job / "results.jsonl").write_text(json.dumps({"example_id": "niah_mq_q2/0", "method": "random",
                                                    "config": "0123456789abcdef"}) + "\n")
-    before = _bytes(job)
-    out = _cli("run_exp.py", *common, "seed=1", f"hydra.run.dir={job}")
+    before = folder_bytes(job)
+    out = run_script("run_exp.py", *common, "seed=1", f"hydra.run.dir={job}")
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {job / 'results.jsonl'}:1: field 'config': written for method 'random' under "
                            f"another configuration"), last
-    assert _bytes(job) == before
+    assert folder_bytes(job) == before
     fresh = tmp_path / "fresh"
-    out = _cli("run_exp.py", "dataset=jsonl", f"dataset.path={tmp_path / 'missing.jsonl'}", *common[1:],
+    out = run_script("run_exp.py", "dataset=jsonl", f"dataset.path={tmp_path / 'missing.jsonl'}", *common[1:],
                f"hydra.run.dir={fresh}")
     assert out.returncode == 2 and "no such RULER-format JSONL file" in out.stderr
     assert not fresh.exists()
@@ -78,21 +52,20 @@ def test_a_refused_sampling_rerun_leaves_the_folders_bytes_unchanged(tmp_path, m
     common = ["dataset=morehopqa", f"dataset.path={morehopqa_path}", "generator=replay", f"generator.path={answers}",
               f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={samples}", "max_rows=2"]
     job = tmp_path / "job"
-    out = _cli("sample_and_filter.py", *common, "dry_run=true", f"hydra.run.dir={job}")
+    out = run_script("sample_and_filter.py", *common, "dry_run=true", f"hydra.run.dir={job}")
     assert out.returncode == 0, out.stderr[-2000:]
     samples.mkdir()
     (samples / "morehopqa.jsonl.config.json").write_text(json.dumps({"made": "elsewhere"}) + "\n")
-    before = _bytes(job)
+    before = folder_bytes(job)
     assert "manifest.json" in before and "sample_and_filter.log" in before
-    out = _cli("sample_and_filter.py", *common, f"hydra.run.dir={job}")
+    out = run_script("sample_and_filter.py", *common, f"hydra.run.dir={job}")
     assert out.returncode == 2, out.stderr[-2000:]
     assert "made with other settings" in out.stderr.strip().splitlines()[-1]
-    assert _bytes(job) == before
+    assert folder_bytes(job) == before
 
 
 def _compose(*overrides, config_name="run"):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+    return compose_stage(config_name, *overrides, hydra=True)
 
 
 def test_resume_picks_the_folder(tmp_path, monkeypatch):
@@ -117,11 +90,11 @@ def test_resume_picks_the_folder(tmp_path, monkeypatch):
 
 
 def test_a_bad_resume_is_one_line_and_exit_2(tmp_path):
-    out = _cli("run_exp.py", "resume=latest", cwd=tmp_path)
+    out = run_script("run_exp.py", "resume=latest", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "error: resume=latest: no earlier run in outputs/run_exp/niah_mq_q2/ to resume (resume=<folder> names one)"]
-    out = _cli("run_exp.py", "-m", f"resume={tmp_path / 'nothing'}", "dataset=niah_mq_q2,vt_h2_c3", cwd=tmp_path)
+    out = run_script("run_exp.py", "-m", f"resume={tmp_path / 'nothing'}", "dataset=niah_mq_q2,vt_h2_c3", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"error: resume={tmp_path / 'nothing'}: no such run folder"]
     assert not (tmp_path / "outputs").exists()
@@ -169,22 +142,16 @@ class SlowRandom(RandomAttributor):
 
 @pytest.mark.slow
 def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tmp_path):
-    (tmp_path / "plug").mkdir()
-    (tmp_path / "plug" / "slow_random.py").write_text(SLOW_ATTRIBUTOR)
-    conf = tmp_path / "conf" / "attribution"
-    conf.mkdir(parents=True)
-    (conf / "slow.yaml").write_text("slow:\n  _target_: slow_random.SlowRandom\n  delay: 1.0\n")
-    args = [sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), f"paths.data_dir={tmp_path / 'data'}",
-            f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "attribution=[random,slow]", "mode=[recovery]",
+    plug = plugin_module(tmp_path, "slow_random", SLOW_ATTRIBUTOR)
+    search_path = plugin_option(tmp_path, "attribution", "slow",
+                                "slow:\n  _target_: slow_random.SlowRandom\n  delay: 1.0\n")
+    args = [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+            f"paths.samples_dir={tmp_path / 'samples'}", search_path, "attribution=[random,slow]", "mode=[recovery]",
             "views=[seq]", "length=512", "dataset.num_samples=4", "max_examples=4", "heatmaps=0", "html=false",
             "progress=false"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plug"), os.environ.get("PYTHONPATH", "")])}
-    env.pop("HYDRA_FULL_ERROR", None)
     runs = tmp_path / "outputs" / "run_exp" / "niah_mq_q2"  # cwd=tmp_path: the run dir is relative to it
-    # SIGINT may be ignored by whatever started the tests (a background shell): restore its default in the child
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_script("run_exp.py", *args, cwd=tmp_path, pythonpath=plug, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         results = list(runs.glob("*/results.jsonl"))
@@ -201,7 +168,7 @@ def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tm
     assert "Traceback" not in err and last.startswith("interrupted: ") and " of 4 examples × 2 methods kept" in last
     assert f"in outputs/run_exp/niah_mq_q2/{job.name}/results.jsonl; resume: " in last
     assert last.endswith(f"progress=false resume=outputs/run_exp/niah_mq_q2/{job.name}")
-    out = subprocess.run(args + ["resume=latest"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = run_script("run_exp.py", *args, "resume=latest", cwd=tmp_path, pythonpath=plug)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [p.name for p in runs.iterdir()] == [job.name]
     lines = (job / "results.jsonl").read_text().splitlines()
@@ -216,7 +183,7 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
     job folder (and, for -m, the sweep folder) is said first and the files written last."""
     common = [f"paths.model_cache_dir={CACHE_DIR}", "attribution=[random,attention]", "mode=[recovery]",
               "views=[seq]", "length=512", "dataset.num_samples=2", "max_examples=2", "heatmaps=0", "html=false"]
-    out = _cli("run_exp.py", *common, "progress=true", cwd=tmp_path)
+    out = run_script("run_exp.py", *common, "progress=true", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     bar, logged = out.stderr.replace("\r", "\n"), out.stdout  # tqdm on stderr, the log on stdout (Hydra's)
     (job,) = (tmp_path / "outputs" / "run_exp" / "niah_mq_q2").iterdir()
@@ -230,7 +197,7 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
                                     f"summary.json, summary.md")
     md = (job / "summary.md").read_text()
     assert "| scored | attribution s/example | total s/example |" in md
-    out = _cli("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path)
+    out = run_script("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (sweep,) = (tmp_path / "outputs" / "multirun" / "run_exp").iterdir()
     assert f"(sweep folder outputs/multirun/run_exp/{sweep.name})" in out.stdout

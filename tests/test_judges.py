@@ -2,9 +2,7 @@
 rule, the model judge (a stand-in LM; slow: SmolLM2) and the openai judge against a local chat-completions server."""
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError
 from ctxbench.generators import Generation
 from ctxbench.models.spec import ModelConfig
@@ -12,14 +10,12 @@ from ctxbench.parts import build
 from ctxbench.sampling import (JUDGE_SYSTEM_PROMPT, Judge, JudgeItem, ModelJudge, OpenAIJudge, RuleJudge, Verdict,
                                judge_messages, normalize_answer, parse_judge_response)
 
-from conftest import ROOT
+from helpers.configs import compose_stage
 from test_generators import KEY_ENV, server  # noqa: F401  (the local chat-completions server fixture)
 
 
 def _compose(overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="sample", overrides=["paths.root=/tmp/ctxbench-root"] + overrides)
+    return compose_stage("sample", "paths.root=/tmp/ctxbench-root", *overrides)
 
 
 @pytest.mark.parametrize("text, tokens", [

@@ -2,13 +2,12 @@
 executor) writes the same job dirs and the same results as the serial sweep (timings aside)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CACHE_DIR, ROOT, without_timings
+from helpers.cli import run_script
+from helpers.paths import CACHE_DIR
+from helpers.records import without_timings
 
 SWEEP = ["dataset=niah_single_1,niah_mq_q2", "attribution=random", "mode=recovery", "max_examples=2", "length=512",
          "dataset.num_samples=2", "html=false", "progress=false", "heatmaps=0"]
@@ -22,12 +21,10 @@ LAUNCHERS = {
 def sweep(tmp_path, name: str, launcher: list[str]) -> dict:
     """Run the sweep into tmp_path/name; return {job dir name: results without timings}."""
     out = tmp_path / name
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "exp/exp2/run_exp.py"), "-m", *SWEEP, *launcher, f"hydra.sweep.dir={out}",
-         f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-         f"paths.samples_dir={tmp_path / 'samples'}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_script("run_exp.py", "-m", *SWEEP, *launcher, f"hydra.sweep.dir={out}",
+                      f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
+                      f"paths.samples_dir={tmp_path / 'samples'}", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"},
+                      full_error=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     jobs = {}
     for results in sorted(out.glob("*/results.jsonl")):

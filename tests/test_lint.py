@@ -4,7 +4,7 @@ whole project: the test suite runs it, so CI does."""
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 
 def test_ruff_finds_nothing():

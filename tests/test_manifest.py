@@ -4,7 +4,7 @@ import json
 
 from ctxbench.manifest import REDACTED, build_manifest, write_manifest
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 
 def test_secrets_are_redacted(tmp_path, monkeypatch):

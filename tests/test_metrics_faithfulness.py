@@ -10,6 +10,8 @@ from ctxbench.metrics.faithfulness import (FaithfulnessScorer, auc, block_sizes,
                                            normalized_curve, rise, rise_ap)
 from ctxbench.prompts.formats import ModelInput
 
+from helpers.tiny_models import random_llama
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Curve arithmetic
 
@@ -126,12 +128,7 @@ PAD = 99  # the EOS id of the toy vocabulary
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=128, max_position_embeddings=128)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    return random_llama(100, max_position_embeddings=128, attn_implementation="eager")
 
 
 def _toy_input(P=15, template=3, G=6, seed=1) -> ModelInput:

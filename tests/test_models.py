@@ -97,7 +97,7 @@ def test_smollm2_offline(smollm2, monkeypatch):
 
 @pytest.mark.slow
 def test_dequantised_cache_is_plain_safetensors(smollm2):
-    from conftest import CACHE_DIR
+    from helpers.paths import CACHE_DIR
 
     # The copy of this GGUF's content; copies made from other installs (older keys) may lie beside it.
     folder = causal_lm._gguf_cache_dir(smollm2.source, CACHE_DIR)

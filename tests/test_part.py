@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.part import Part, neutral, neutral_fields, settings_of, without_neutral
 
-from conftest import CACHE_DIR, ROOT
-
-register_configs()
+from helpers.configs import compose_stage, plugin_option, sample_cfg
+from helpers.paths import CACHE_DIR, CONF, ROOT
+from helpers.retrieval import tiny_beir_folder
 
 
 @dataclass
@@ -62,9 +60,7 @@ def test_without_neutral_drops_the_neutral_fields_of_every_part_node():
 
 
 def _run_cfg(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="run", overrides=[f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}",
-                                                     *overrides])
+    return compose_stage("run", f"paths.root={ROOT}", f"paths.model_cache_dir={CACHE_DIR}", *overrides)
 
 
 def test_the_run_fingerprint_ignores_neutral_fields_only():
@@ -94,36 +90,26 @@ def test_the_reports_check_lets_neutral_fields_differ():
 
 # --- a retriever from outside the library ---------------------------------------------------------------------------
 
-def plugin_conf(tmp_path: Path) -> Path:
-    conf = tmp_path / "conf" / "retriever"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "overlap.yaml").write_text("_target_: plugin_retriever.OverlapRetriever\nice_num: 2\nlowercase: true\n"
-                                       "num_workers: 1\nfields: [prompt]\n")
-    return tmp_path / "conf"
-
-
 def test_a_plugin_retriever_through_retrieval_sampling_and_preview(tmp_path, monkeypatch):
     from plugin_retriever import OverlapRetriever
 
     from ctxbench.stages.preview import preview_stage
     from ctxbench.stages.run import run_stage
     from ctxbench.stages.sample import sample_stage
-    from test_retrieval_search import folder
-    from test_sample_stage import cfg_for as sample_cfg
 
-    search_path = f"hydra.searchpath=[file://{plugin_conf(tmp_path)}]"
+    search_path = plugin_option(tmp_path, "retriever", "overlap", "_target_: plugin_retriever.OverlapRetriever\n"
+                                "ice_num: 2\nlowercase: true\nnum_workers: 1\nfields: [prompt]\n")
     monkeypatch.setattr(OverlapRetriever, "calls", 0)
 
     # mode=retrieval: searched once; a rerun with 4 workers reuses the stored results; another setting is refused
     def retrieval(*overrides):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="run", overrides=[
-                search_path, f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", "mode=retrieval",
-                "dataset=beir", f"dataset.path={data}", "retriever=overlap", "retriever.fields=[text]",
-                "mode.retrieval.k_values=[1,3]", "mode.retrieval.eval_metrics=[ndcg_at_3]", *overrides])
+        cfg = compose_stage("run", search_path, f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}",
+                            "mode=retrieval", "dataset=beir", f"dataset.path={data}", "retriever=overlap",
+                            "retriever.fields=[text]", "mode.retrieval.k_values=[1,3]",
+                            "mode.retrieval.eval_metrics=[ndcg_at_3]", *overrides)
         return run_stage(cfg, tmp_path / "job")
 
-    data = folder(tmp_path)
+    data = tiny_beir_folder(tmp_path)
     first = retrieval()
     assert OverlapRetriever.calls == 1
     stored = json.loads((tmp_path / "job/search_results/overlap/NoReranker/beir-test.json").read_text())
@@ -149,10 +135,8 @@ def test_a_plugin_retriever_through_retrieval_sampling_and_preview(tmp_path, mon
 
     # preview_prompts: the retrieved examples are the pool rows sharing most words with each question
     rows = tmp_path / "rows.jsonl"
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        pcfg = compose(config_name="preview", overrides=[
-            search_path, f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", "dataset=morehopqa",
-            "retriever=overlap", "retriever.num_workers=2", "n=2", f"output={rows}"])
+    pcfg = compose_stage("preview", search_path, f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}",
+                         "dataset=morehopqa", "retriever=overlap", "retriever.num_workers=2", "n=2", f"output={rows}")
     assert preview_stage(pcfg, str(tmp_path))["rows"] == 2
     recs = [json.loads(line) for line in rows.read_text().splitlines()]
     assert all(len(r["retrieved"]) == 2 for r in recs)
@@ -230,7 +214,7 @@ def _part_classes():
     from ctxbench.parts import find_targets
     from ctxbench.retrievers.ann import IndexSettings
 
-    classes = {get_class(t) for t in find_targets(ROOT / "conf").values()} | {Embedder, IndexSettings}
+    classes = {get_class(t) for t in find_targets(CONF).values()} | {Embedder, IndexSettings}
     return sorted((c for c in classes if dataclasses.is_dataclass(c)), key=lambda c: f"{c.__module__}.{c.__name__}")
 
 
@@ -281,12 +265,32 @@ def test_a_bad_value_on_the_command_line_is_one_line_naming_the_key():
     from ctxbench.datasets.base import Dataset
     from ctxbench.parts import build, build_all
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="run", overrides=["attribution=[ifr_multi_hop,attention]",
-                                                    "attribution.ifr_multi_hop.hops=-1", "length=0"])
+    cfg = compose_stage("run", "attribution=[ifr_multi_hop,attention]", "attribution.ifr_multi_hop.hops=-1",
+                        "length=0")
     with pytest.raises(ConfigError) as err:
         build_all(cfg.attribution, "attribution", Attributor)
     assert str(err.value) == "attribution.ifr_multi_hop: hops=-1: must be >= 0"
     with pytest.raises(ConfigError) as err:  # a config error, not an unknown dataset
         build(cfg.dataset, "dataset", Dataset)
     assert str(err.value) == "dataset: length=0: must be >= 1"
+
+
+def test_a_stage_checks_its_own_settings_as_declared_before_it_loads_anything(tmp_path):
+    from ctxbench.conf import RunConfig, SampleConfig
+    from ctxbench.part import check_stage_config
+    from ctxbench.stages.run import run_stage
+
+    with pytest.raises(ConfigError) as err:
+        run_stage(compose_stage("run", "shard.count=0", f"paths.root={tmp_path}"), tmp_path / "job")
+    assert str(err.value) == "shard.count=0: must be >= 1" and not (tmp_path / "job").exists()
+    with pytest.raises(ConfigError) as err:
+        check_stage_config(compose_stage("sample", "chunk=0"), SampleConfig)
+    assert str(err.value) == "chunk=0: must be >= 1"
+    for override, message in (("max_examples=0", "max_examples=0: must be >= 1"),
+                              ("prompt_format=chat", "prompt_format='chat': expected one of table1, bare"),
+                              ("heatmaps=-1", "heatmaps=-1: must be >= 0"), ("length=0", "length=0: must be >= 1")):
+        with pytest.raises(ConfigError) as err:
+            check_stage_config(compose_stage("run", override), RunConfig)
+        assert str(err.value) == message
+    check_stage_config(compose_stage("run"), RunConfig)  # the defaults pass
+    check_stage_config(compose_stage("sample"), SampleConfig)

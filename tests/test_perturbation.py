@@ -5,25 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import VOCAB, make_input, tiny_model
 from ctxbench.attribution.base import InputContext, causal_column_mask
 from ctxbench.attribution.perturbation import PerturbationAttributor, SentenceUnits, token_sentences
 
-EOS = VOCAB - 1
-# template (2) | prompt: 3 sentences | one template token | generation: 3 sentences + EOS
-IDS = [1, 2, 10, 11, 4, 12, 13, 14, 4, 15, 16, 9, 20, 21, 4, 22, 23, 4, 24, EOS]
-GEN_START = 12
-PROMPT_UNITS = [[0, 1, 2], [3, 4, 5, 6], [7, 8]]  # prompt-token indices
-GEN_UNITS = [[0, 1, 2], [3, 4, 5], [6], [7]]  # generated-token indices; the EOS alone
-
-
-class SentenceTokenizer:
-    """Token 4 decodes to ".", any other id i to " W<i>" (capitalised words, so a "." ends a sentence)."""
-
-    eos_token_id = EOS
-
-    def decode(self, ids):
-        return "".join("." if int(i) == 4 else f" W{int(i)}" for i in ids)
+# the toy input in sentences: template (2) | prompt: 3 sentences | one template token | generation: 3 sentences + EOS
+from helpers.tiny_models import EOS, GEN_START, GEN_UNITS, IDS, PROMPT_UNITS, SentenceTokenizer, make_input, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +176,7 @@ def test_perturbation_and_context_cite_through_run_exp(tmp_path):
     import json
 
     from ctxbench.stages.run import RESULTS, run_stage
-    from test_run_exp import run_cfg
+    from helpers.configs import run_cfg
 
     out = tmp_path / "job"
     cfg = run_cfg(tmp_path, "dataset.num_samples=1", "max_examples=1", "attribution=[perturbation,context_cite]",

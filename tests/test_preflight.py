@@ -1,19 +1,15 @@
 """Config mistakes on the command line: one line and exit code 2 (ctxbench.stages.preflight), Hydra's full report with
 HYDRA_FULL_ERROR=1."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from ctxbench.conf import register_configs
 from ctxbench.stages.preflight import check_overrides
 
-from conftest import ROOT
+from helpers.cli import run_script
+from helpers.paths import CONF
 
 register_configs()
-CONF = ROOT / "conf"
 DATASETS = ", ".join(sorted(p.stem for p in (CONF / "dataset").glob("*.yaml")))
 
 
@@ -55,31 +51,25 @@ def test_other_stages_are_checked_against_their_own_config(monkeypatch):
 
 
 def test_the_command_line_exits_2_with_one_line_and_hydra_full_error_shows_everything(tmp_path):
-    cmd = [sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "attribution.ifr_multi_hop.hopz=3",
-           f"hydra.run.dir={tmp_path / 'run'}"]
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    args = ["attribution.ifr_multi_hop.hopz=3", f"hydra.run.dir={tmp_path / 'run'}"]
+    out = run_script("run_exp.py", *args, cwd=tmp_path, timeout=300)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: unknown key `hopz` in attribution.ifr_multi_hop; did you mean `hops`?"]
     assert not (tmp_path / "run").exists()
-    full = subprocess.run(cmd, cwd=tmp_path, env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True,
-                          timeout=300)
+    full = run_script("run_exp.py", *args, cwd=tmp_path, full_error=True, timeout=300)
     assert full.returncode == 1 and "Traceback" in full.stderr and "Key 'hopz' not in" in full.stderr
 
 
 def test_help_lists_the_groups_and_the_composed_config_without_the_schema_groups(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    out = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "--help", "dataset=vt_h2_c3"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run_script("run_exp.py", "--help", "dataset=vt_h2_c3", cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("run_exp is powered by Hydra.\n\n== Configuration groups ==\n")
     assert f"\ndataset: {DATASETS}\n" in out.stdout and "\nexperiment: table1\n" in out.stdout
     assert "schema/" not in out.stdout and "hydra:" not in out.stdout.split("== Config ==")[0]
     assert "  name: vt_h2_c3\n" in out.stdout.split("== Config ==")[1]  # the config with the command's overrides
     assert not any(tmp_path.iterdir())  # no run folder
-    bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "run_exp.py"), "--help", "datset=x"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    bad = run_script("run_exp.py", "--help", "datset=x", cwd=tmp_path, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: unknown key `datset`; did you mean `dataset`?"
 
 

@@ -4,15 +4,10 @@ tokenizer is loaded unless the retriever needs the model."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.datasets.morehopqa import load_morehopqa
 from ctxbench.errors import ConfigError
 from ctxbench.prompts.icl import BOX_SYSTEM_PROMPT, box_template
@@ -23,9 +18,9 @@ from ctxbench.retrievers.fixk import FixKRetriever
 from ctxbench.retrievers.pool import example_rows, load_pool
 from ctxbench.stages.preview import format_record, preview_records
 
-from conftest import CACHE_DIR, ROOT
-
-register_configs()
+from helpers.cli import run_script
+from helpers.configs import compose_stage
+from helpers.paths import CACHE_DIR, CONF
 
 
 def test_preview_records_on_morehopqa(morehopqa_path):
@@ -47,13 +42,11 @@ def test_preview_records_on_morehopqa(morehopqa_path):
 
 
 def _cfg(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="preview",
-                       overrides=[f"paths.root={Path.cwd()}", f"paths.model_cache_dir={CACHE_DIR}", *overrides])
+    return compose_stage("preview", f"paths.root={Path.cwd()}", f"paths.model_cache_dir={CACHE_DIR}", *overrides)
 
 
 def test_preview_config_composes_with_every_retriever():
-    options = sorted(p.stem for p in (ROOT / "conf" / "retriever").glob("*.yaml"))
+    options = sorted(p.stem for p in (CONF / "retriever").glob("*.yaml"))
     assert len(options) >= 10
     for name in options:
         cfg = _cfg(f"retriever={name}", "n=2")
@@ -94,14 +87,11 @@ def test_preview_stage_loads_only_the_tokenizer(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_preview_command_line(tmp_path):
     out = tmp_path / "rows.jsonl"
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "preview_prompts.py"), "dataset=morehopqa",
-                           "retriever=bm25", "n=2", f"output={out}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_script("preview_prompts.py", "dataset=morehopqa", "retriever=bm25", "n=2", f"output={out}",
+                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("=== ") == 2 and "--- text sent (chat template applied)" in proc.stdout
     assert "<|im_start|>assistant" in proc.stdout and len(out.read_text().splitlines()) == 2
-    bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "preview_prompts.py"), "retriever=random",
-                          "retriever.ice_num=99", f"hydra.run.dir={tmp_path / 'run2'}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    bad = run_script("preview_prompts.py", "retriever=random", "retriever.ice_num=99",
+                     f"hydra.run.dir={tmp_path / 'run2'}", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: retriever: ice_num=99")

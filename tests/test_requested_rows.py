@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import FakeTokenizer, make, make_input, tiny_model
 from ctxbench.attribution import AttributionResult, Attributor
 from ctxbench.attribution import views as V
 from ctxbench.attribution.base import empty_matrix
 from ctxbench.evaluation import evaluate_example
+
+from helpers.tiny_models import FakeTokenizer, make, make_input, tiny_model
 
 
 def test_rows_each_view_reads():

@@ -9,17 +9,16 @@ import json
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ctxbench.assets import package_dir
-from ctxbench.conf import register_configs
 from ctxbench.parts import build
 from ctxbench.rerankers import Reranker
 from ctxbench.rerankers.cross_encoder import CrossEncoderReranker
 from ctxbench.rerankers.query_likelihood import QueryLikelihoodReranker, mean_query_logprobs
 
-from conftest import ROOT
+from helpers.configs import compose_stage
+from helpers.tiny_models import random_llama
 
 PAIRS = [("what is the capital of france?", "Paris is the capital and largest city of France."),
          ("who wrote hamlet", "Hamlet is a tragedy written by William Shakespeare sometime between 1599 and 1601."),
@@ -142,13 +141,7 @@ class BoundLM:
 @pytest.fixture(scope="module")
 def tiny_lm(smol_tokenizer):
     """A randomly initialised 2-layer Llama (GQA) over SmolLM2's real tokenizer."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=128, max_position_embeddings=512)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
-    return BoundLM(model, smol_tokenizer)
+    return BoundLM(random_llama(len(smol_tokenizer), attn_implementation="eager"), smol_tokenizer)
 
 
 def hand_loop(lm, pairs, passage_max=None):
@@ -236,13 +229,11 @@ def test_query_likelihood_name_settings_and_checks(tiny_lm):
 # --- config --------------------------------------------------------------------------------------------------------
 
 def test_reranker_options_build_from_their_yaml(tiny_cross_encoder):
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        # an option file composed as the primary config sits under its group's key
-        ql_cfg = compose(config_name="reranker/query_likelihood").reranker
-        ce_cfg = compose(config_name="reranker/cross_encoder", overrides=["reranker.normalize=true"]).reranker
-        with pytest.raises(Exception, match="bogus"):  # the schema made from the constructor refuses unknown keys
-            compose(config_name="reranker/query_likelihood", overrides=["reranker.bogus=1"])
+    # an option file composed as the primary config sits under its group's key
+    ql_cfg = compose_stage("reranker/query_likelihood").reranker
+    ce_cfg = compose_stage("reranker/cross_encoder", "reranker.normalize=true").reranker
+    with pytest.raises(Exception, match="bogus"):  # the schema made from the constructor refuses unknown keys
+        compose_stage("reranker/query_likelihood", "reranker.bogus=1")
     ql = build(ql_cfg, "reranker", Reranker)
     assert isinstance(ql, QueryLikelihoodReranker) and ql == QueryLikelihoodReranker()
     assert OmegaConf.is_missing(ce_cfg, "model")  # no packaged cross-encoder: the user names one

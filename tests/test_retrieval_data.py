@@ -1,8 +1,6 @@
 """Retrieval data: the folder reader on hand-made FlagEmbedding and BEIR folders (and every bad-input error), and the
 context-retrieval split of RULER examples against their evidence spans."""
 
-import json
-
 import pytest
 
 from ctxbench.datasets.base import Paths
@@ -11,10 +9,7 @@ from ctxbench.datasets.ruler import ruler_example
 from ctxbench.errors import DataError, ExampleRefused
 from ctxbench.retrieval.context import context_split
 
-
-def write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+from helpers.records import write_jsonl
 
 
 CORPUS = [{"id": "d1", "title": "Paris", "text": "Capital of France."}, {"id": 2, "text": "No title here."},

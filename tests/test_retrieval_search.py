@@ -8,9 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError
 from ctxbench.models.embedder import Embedder
 from ctxbench.rerankers.base import Reranker
@@ -18,9 +16,8 @@ from ctxbench.retrieval.data import RetrievalSplit
 from ctxbench.retrieval.search import rerank, search
 from ctxbench.retrievers.dense import DenseRetriever
 
-from conftest import ROOT
-
-register_configs()
+from helpers.configs import compose_stage, plugin_option
+from helpers.retrieval import tiny_beir_folder
 
 
 @dataclass
@@ -109,32 +106,14 @@ def test_rerank_scores_only_the_top_hits():
 
 # --- the stage: reuse, refusal, overwrite ---------------------------------------------------------------------------
 
-def folder(tmp_path):
-    root = tmp_path / "data"
-    root.mkdir()
-    docs = ["paris is the capital of france", "berlin is the capital of germany", "the moon orbits the earth",
-            "python is a programming language", "the capital of italy is rome"]
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n"
-                                               for i, t in enumerate(docs)))
-    qs = [("q1", "capital of france"), ("q2", "what orbits the earth"), ("q3", "capital of italy")]
-    (root / "test_queries.jsonl").write_text("".join(json.dumps({"id": q, "text": t}) + "\n" for q, t in qs))
-    rel = [("q1", "d0"), ("q2", "d2"), ("q3", "d4")]
-    (root / "test_qrels.jsonl").write_text("".join(json.dumps({"qid": q, "docid": d, "relevance": 1}) + "\n"
-                                                   for q, d in rel))
-    return root
-
-
 def cfg_for(tmp_path, *overrides):
-    conf = tmp_path / "conf" / "reranker"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "keyword.yaml").write_text("_target_: test_retrieval_search.KeywordReranker\nweight: 1.0\n")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="run", overrides=[
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}",
-            f"paths.model_cache_dir={tmp_path / 'cache'}", "mode=retrieval", "dataset=beir",
-            f"dataset.path={folder(tmp_path) if not (tmp_path / 'data').exists() else tmp_path / 'data'}",
-            "retriever=bm25", "mode.retrieval.k_values=[1,3]", "mode.retrieval.eval_metrics=[ndcg_at_3,mrr_at_1]",
-            *overrides])
+    search_path = plugin_option(tmp_path, "reranker", "keyword",
+                                "_target_: test_retrieval_search.KeywordReranker\nweight: 1.0\n")
+    data = tmp_path / "data" if (tmp_path / "data").exists() else tiny_beir_folder(tmp_path)
+    return compose_stage("run", search_path, f"paths.root={tmp_path}", f"paths.model_cache_dir={tmp_path / 'cache'}",
+                         "mode=retrieval", "dataset=beir", f"dataset.path={data}", "retriever=bm25",
+                         "mode.retrieval.k_values=[1,3]", "mode.retrieval.eval_metrics=[ndcg_at_3,mrr_at_1]",
+                         *overrides)
 
 
 def test_stage_reuses_refuses_and_overwrites(tmp_path, monkeypatch):
@@ -197,11 +176,9 @@ def test_stage_loads_the_lm_only_for_a_reranker_that_needs_it(tmp_path, monkeypa
     sentinel = object()
     monkeypatch.setattr("ctxbench.models.load_causal_lm", lambda *a, **k: sentinel)
     cfg_for(tmp_path)  # writes the data folder and the search-path config folder
-    (tmp_path / "conf" / "reranker" / "lm.yaml").write_text("_target_: test_retrieval_search.LMReranker\n")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="run", overrides=[
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"paths.root={tmp_path}", "mode=retrieval",
-            "dataset=beir", f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm"])
+    search_path = plugin_option(tmp_path, "reranker", "lm", "_target_: test_retrieval_search.LMReranker\n")
+    cfg = compose_stage("run", search_path, f"paths.root={tmp_path}", "mode=retrieval", "dataset=beir",
+                        f"dataset.path={tmp_path / 'data'}", "retriever=bm25", "reranker=lm")
     result = run_stage(cfg, tmp_path / "job")
     assert LMReranker.bound == [sentinel] and {e["reranker"] for e in result["results"]} == {"NoReranker", "keyword"}
 

@@ -29,7 +29,7 @@ from ctxbench.retrievers.dense import DenseRetriever
 from ctxbench.shards import Shard
 from ctxbench.stages.retrieval import retrieval_shard
 
-from test_retrievers import wiki_corpus, wiki_queries
+from helpers.retrieval import wiki_corpus, wiki_queries
 
 N_DOCS = 23  # not a multiple of 2 or 3: the last shards are one row shorter
 
@@ -238,22 +238,14 @@ def test_bad_shard_settings(tiny_model, texts):
 def test_stage_shards_then_search_equal_unsharded(tmp_path):
     """run_exp mode=retrieval dataset=wiki_demo retriever=dense: 2 shard jobs, then the search job, against an
     unsharded job with its own cache; the report reads the folder holding the shard jobs."""
-    from hydra import compose, initialize_config_dir
-
-    from ctxbench.conf import register_configs
     from ctxbench.stages.report import report_stage
     from ctxbench.stages.run import run_stage
-
-    from conftest import CACHE_DIR, ROOT
-
-    register_configs()
+    from helpers.configs import compose_stage, tmp_paths
 
     def run(out, cache, *overrides):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="run", overrides=[
-                f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-                "mode=retrieval", "progress=false", "dataset=wiki_demo", "dataset.n_docs=300", "dataset.n_queries=40",
-                "retriever=dense", f"retriever.embedder.cache_dir={tmp_path / cache}", *overrides])
+        cfg = compose_stage("run", *tmp_paths(tmp_path), "mode=retrieval", "progress=false", "dataset=wiki_demo",
+                            "dataset.n_docs=300", "dataset.n_queries=40", "retriever=dense",
+                            f"retriever.embedder.cache_dir={tmp_path / cache}", *overrides)
         return run_stage(cfg, tmp_path / out)
 
     for i in range(2):

@@ -4,23 +4,16 @@ and context retrieval on a generated RULER task, each gathered by the report com
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ctxbench.conf import register_configs
 from ctxbench.stages.report import report_stage
 from ctxbench.stages.run import run_stage
 
-from conftest import CACHE_DIR, ROOT
-
-register_configs()
+from helpers.configs import compose_stage, tmp_paths
 
 
 def cfg(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="run", overrides=[
-            f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-            f"paths.samples_dir={tmp_path / 'samples'}", "mode=retrieval", "progress=false", *overrides])
+    return compose_stage("run", *tmp_paths(tmp_path), "mode=retrieval", "progress=false", *overrides)
 
 
 def figures(summary):

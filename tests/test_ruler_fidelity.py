@@ -15,16 +15,14 @@ import pytest
 from ctxbench.datasets.ruler_gen import TASKS, TaskSpec, write_task
 from ctxbench.datasets.ruler_gen.niah import NiahParams
 
+from helpers.records import read_jsonl
+
 TTG = {"niah": 128, "vt": 30, "qa": 32}
 VT_TASKS = [t for t in TASKS if TASKS[t].family == "vt"]
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NOISE_SENTENCES = {"The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
                    "There and back again."}
 N = 6
-
-
-def _read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,7 @@ def files(smol_tokenizer, morehopqa_path, tmp_path_factory):
         if (task, length) not in made:
             path = write_task(root, task, max_seq_length=length, tokenizer=smol_tokenizer, num_samples=n, seed=5,
                               morehopqa_path=morehopqa_path)
-            made[task, length] = _read(path)
+            made[task, length] = read_jsonl(path)
         return made[task, length]
     return get
 
@@ -204,7 +202,7 @@ def test_length_with_chat_template(smol_tokenizer, morehopqa_path, tmp_path, tas
     path = write_task(tmp_path, task, max_seq_length=1024, tokenizer=smol_tokenizer, num_samples=3, seed=2,
                       morehopqa_path=morehopqa_path, chat_template=True)
     ttg = TTG[TASKS[task].family]
-    for rec in _read(path):
+    for rec in read_jsonl(path):
         out = smol_tokenizer.apply_chat_template([{"role": "user", "content": rec["input"]}],
                                                  add_generation_prompt=True, tokenize=True)
         chat = len(out["input_ids"] if hasattr(out, "keys") else out)
@@ -236,7 +234,7 @@ def test_tokenizer_recorded_and_mismatch_warned(smol_tokenizer, minilm_tokenizer
 
     path = write_task(tmp_path, "niah_mq_q2", max_seq_length=512, tokenizer=smol_tokenizer, num_samples=3, seed=1)
     smol_name = Path(smol_tokenizer.name_or_path).name
-    for rec in _read(path):
+    for rec in read_jsonl(path):
         assert rec["tokenizer"] == {"name_or_path": smol_name, "vocab_sha256": _vocab_sha(smol_tokenizer)}
 
     with caplog.at_level(logging.WARNING, logger="ctxbench.datasets.ruler"):
@@ -253,7 +251,7 @@ def test_tokenizer_recorded_and_mismatch_warned(smol_tokenizer, minilm_tokenizer
 
     # The same vocabulary under another name is the same tokenizer; another fingerprint under the same name is not.
     caplog.clear()
-    recs = _read(path)
+    recs = read_jsonl(path)
     for rec in recs:
         rec["tokenizer"]["name_or_path"] = "somewhere/else/SmolLM2-135M-Instruct"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
@@ -270,7 +268,7 @@ def test_tokenizer_recorded_and_mismatch_warned(smol_tokenizer, minilm_tokenizer
 def test_file_fitted_with_another_tokenizer(minilm_tokenizer, tmp_path):
     """Any tokenizer can fit a file; its lengths are then its own."""
     path = write_task(tmp_path, "vt_h2_c3", max_seq_length=1024, tokenizer=minilm_tokenizer, num_samples=2, seed=1)
-    for rec in _read(path):
+    for rec in read_jsonl(path):
         assert rec["tokenizer"]["vocab_sha256"] == _vocab_sha(minilm_tokenizer)
         assert rec["length"] == _ntok(minilm_tokenizer, rec["input"] + rec["answer_prefix"]) + 30 <= 1024
 

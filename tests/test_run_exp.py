@@ -4,23 +4,11 @@ import csv
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import DataError
 from ctxbench.stages.run import RESULTS, run_stage
 
-from conftest import CACHE_DIR, ROOT
-
-register_configs()
-
-
-def run_cfg(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="run", overrides=[
-            f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-            f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "length=512",
-            "max_examples=4", "progress=false", *overrides])
+from helpers.configs import plugin_option, run_cfg
 
 
 @pytest.mark.slow
@@ -92,12 +80,10 @@ def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
 def test_a_run_stopped_in_an_example_resumes_at_its_next_method(tmp_path):
     """Each method's record is written as soon as it is scored: a run that dies in an example's second method keeps
     the first method's record (and its heat-map data), and the rerun computes the second method alone."""
-    conf = tmp_path / "conf" / "attribution"
-    conf.mkdir(parents=True)
     flag = tmp_path / "stopped_once"
-    (conf / "stop_once.yaml").write_text(f"stop_once:\n  _target_: plugin_attributor.StopOnceAttributor\n"
-                                         f"  flag: {flag}\n")
-    cfg = run_cfg(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "attribution=[random,stop_once]",
+    search_path = plugin_option(tmp_path, "attribution", "stop_once",
+                                f"stop_once:\n  _target_: plugin_attributor.StopOnceAttributor\n  flag: {flag}\n")
+    cfg = run_cfg(tmp_path, search_path, "attribution=[random,stop_once]",
                   "mode=[recovery]", "views=[seq]", "dataset.num_samples=1", "max_examples=1", "heatmaps=1")
     out = tmp_path / "job"
     with pytest.raises(RuntimeError, match="stopped in the middle"):
@@ -117,11 +103,9 @@ def test_a_run_stopped_in_an_example_resumes_at_its_next_method(tmp_path):
 def test_a_mode_from_outside_the_library(tmp_path):
     """A new mode is one module (tests/plugin_scorer.py) and one YAML (here in a search-path folder): the stage,
     the summaries and the report pick it up by its _target_ alone."""
-    conf = tmp_path / "conf" / "mode"
-    conf.mkdir(parents=True)
-    (conf / "evidence_mass.yaml").write_text("evidence_mass:\n  _target_: plugin_scorer.EvidenceMassScorer\n"
-                                             "  scale: 100\n")
-    cfg = run_cfg(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "mode=[evidence_mass]",
+    search_path = plugin_option(tmp_path, "mode", "evidence_mass",
+                                "evidence_mass:\n  _target_: plugin_scorer.EvidenceMassScorer\n  scale: 100\n")
+    cfg = run_cfg(tmp_path, search_path, "mode=[evidence_mass]",
                   "dataset.num_samples=4", "attribution=[ifr_multi_hop,random]", "views=[seq]", "max_examples=2",
                   "heatmaps=0")
     out = tmp_path / "job"

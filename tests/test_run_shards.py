@@ -5,17 +5,14 @@ import json
 import shutil
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import DataError
 from ctxbench.shards import Shard, interleave
 from ctxbench.stages.run import RESULTS, run_stage
 from ctxbench.stages.run_shards import merge_run
 
-from conftest import CACHE_DIR, ROOT, without_timings
-
-register_configs()
+from helpers.configs import run_cfg
+from helpers.records import without_timings
 
 
 def test_interleave_restores_dataset_order():
@@ -76,28 +73,24 @@ def test_merge_refusals(tmp_path, case, message):
     assert not (tmp_path / "merged" / RESULTS).exists()  # nothing half-merged
 
 
-def run_cfg(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="run", overrides=[
-            f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}",
-            f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "dataset.num_samples=3", "length=512",
-            "max_examples=3", "progress=false", "attribution=[random,attention]", "mode=[faithfulness,recovery]",
-            "views=[seq]", "heatmaps=2", "save_traces=true",
-            "mode.faithfulness.steps=4", *overrides])  # what is merged matters here, not the curve's resolution
+def shard_cfg(tmp_path, *overrides):
+    return run_cfg(tmp_path, "dataset.num_samples=3", "max_examples=3", "attribution=[random,attention]",
+                   "mode=[faithfulness,recovery]", "views=[seq]", "heatmaps=2", "save_traces=true",
+                   "mode.faithfulness.steps=4", *overrides)  # what is merged matters here, not the curve's resolution
 
 
 @pytest.mark.slow
 def test_shards_merged_equal_the_unsharded_run(tmp_path):
     whole = tmp_path / "whole"
-    run_stage(run_cfg(tmp_path), whole)
+    run_stage(shard_cfg(tmp_path), whole)
     shards = []
     for i in range(2):  # 3 examples: shard 0 gets rows 0 and 2, shard 1 row 1
         d = tmp_path / "sweep" / f"{i}_shard.index={i}"
-        out = run_stage(run_cfg(tmp_path, f"shard.index={i}", "shard.count=2"), d)
+        out = run_stage(shard_cfg(tmp_path, f"shard.index={i}", "shard.count=2"), d)
         assert out == {"shard": [i, 2], "examples": 2 - i} and not (d / "summary.json").exists()
         shards.append(d)
     merged = tmp_path / "merged"
-    run_stage(run_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), merged)
+    run_stage(shard_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), merged)
 
     def lines(d):
         return [without_timings(json.loads(x)) for x in (d / RESULTS).read_text().splitlines()]
@@ -130,5 +123,5 @@ def test_shards_merged_equal_the_unsharded_run(tmp_path):
     # A shard left unfinished is refused by name.
     (shards[1] / "shard.json").unlink()
     with pytest.raises(DataError, match="shard 1 of 2 is unfinished"):
-        run_stage(run_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), tmp_path / "merged2")
+        run_stage(shard_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), tmp_path / "merged2")
     shutil.rmtree(tmp_path / "merged2", ignore_errors=True)

@@ -4,54 +4,23 @@ settings refusal, shards + merge), a kill mid-run, and (slow) SmolLM2 sampling R
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
-from ctxbench.datasets import morehopqa_sample
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.evaluation import example_spans
 from ctxbench.example import read_examples
 from ctxbench.sampling.cache import log_path, shard_path
 from ctxbench.stages.sample import sample_stage
 
-from conftest import CACHE_DIR, ROOT
+from helpers.cli import run_script, start_script
+from helpers.configs import compose_stage, morehopqa_rows, plugin_module, plugin_option, replay_file, sample_cfg
+from helpers.paths import CACHE_DIR, CONF
 
-register_configs()
-
-ROWS = json.loads(morehopqa_sample().read_text())
-
-
-def replay_file(tmp_path: Path, n: int) -> Path:
-    """Responses for the first n MoreHopQA rows: every third malformed, every third judged wrong, the rest correct."""
-    lines = []
-    for i, row in enumerate(ROWS[:n]):
-        if i % 3 == 1:
-            response = f"The answer should be {row['answer']}, I think."  # no box
-        elif i % 3 == 2:
-            response = "Reading the context carefully. \\box{The answer is certainly nothing at all.}"
-        else:
-            response = f"The question asks for one value; the context gives it. \\box{{The answer is {row['answer']}.}}"
-        lines.append(json.dumps({"id": row["_id"], "response": response}))
-    path = tmp_path / "responses.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def cfg_for(tmp_path, *overrides, n=9):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="sample", overrides=[
-            f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}",
-            "generator=replay", f"generator.path={replay_file(tmp_path, n)}", "progress=false", "chunk=4",
-            "retriever=bm25", *overrides])
+ROWS = morehopqa_rows()
 
 
 def _ids(path):
@@ -59,7 +28,7 @@ def _ids(path):
 
 
 def test_replayed_answers_are_parsed_judged_and_cached(tmp_path, smol_tokenizer):
-    cfg = cfg_for(tmp_path, "max_examples=null")
+    cfg = sample_cfg(tmp_path, "max_examples=null")
     # only the 9 replayed rows are answered; the others come back as generation errors
     out = sample_stage(cfg, tmp_path / "job")
     cache = tmp_path / "samples" / "morehopqa.jsonl"
@@ -88,56 +57,56 @@ def test_replayed_answers_are_parsed_judged_and_cached(tmp_path, smol_tokenizer)
     assert (cache.read_bytes(), log_path(cache).read_bytes()) == before
     # another retriever never appends to this cache
     with pytest.raises(DataError, match=r"made with other settings \(retriever"):
-        sample_stage(cfg_for(tmp_path, "retriever=fixk"), tmp_path / "job3")
+        sample_stage(sample_cfg(tmp_path, "retriever=fixk"), tmp_path / "job3")
 
 
 def test_max_examples_and_shards_merge_to_the_unsharded_run(tmp_path):
     full = tmp_path / "full"
-    sample_stage(cfg_for(full, "max_examples=2"), full / "job")
+    sample_stage(sample_cfg(full, "max_examples=2"), full / "job")
     expected = (full / "samples" / "morehopqa.jsonl").read_bytes()
     assert _ids(full / "samples" / "morehopqa.jsonl") == [ROWS[0]["_id"], ROWS[3]["_id"]]
     sharded = tmp_path / "sharded"
     cache = sharded / "samples" / "morehopqa.jsonl"
     for i in range(3):
-        sample_stage(cfg_for(sharded, "max_examples=2", f"shard.index={i}", "shard.count=3"), sharded / f"job{i}")
+        sample_stage(sample_cfg(sharded, "max_examples=2", f"shard.index={i}", "shard.count=3"), sharded / f"job{i}")
         assert shard_path(cache, i, 3).exists()
     # a missing shard and an unfinished one are refused
     with pytest.raises(DataError, match="shard 0 of 4 is missing"):
-        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=4", "merge=true"), sharded / "m0")
+        sample_stage(sample_cfg(sharded, "max_examples=2", "shard.count=4", "merge=true"), sharded / "m0")
     log2 = log_path(shard_path(cache, 2, 3))
     full_log = log2.read_text()
     log2.write_text("".join(line + "\n" for line in full_log.splitlines()[:-1]))  # as if killed before the end
     with pytest.raises(DataError, match="shard 2 of 3 is unfinished"):
-        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m1")
+        sample_stage(sample_cfg(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m1")
     assert not cache.exists()
     log2.write_text(full_log)
-    out = sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "merge")
+    out = sample_stage(sample_cfg(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "merge")
     assert cache.read_bytes() == expected and out["kept"] == 2
     with pytest.raises(DataError, match="exists already"):
-        sample_stage(cfg_for(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m2")
+        sample_stage(sample_cfg(sharded, "max_examples=2", "shard.count=3", "merge=true"), sharded / "m2")
 
 
 def test_max_rows_is_a_budget_a_rerun_may_raise(tmp_path):
-    out = sample_stage(cfg_for(tmp_path, "max_rows=5"), tmp_path / "job1")
+    out = sample_stage(sample_cfg(tmp_path, "max_rows=5"), tmp_path / "job1")
     assert out["processed"] == 5 and out["kept"] == 2  # rows 0 and 3 of the first five
-    out = sample_stage(cfg_for(tmp_path, "max_rows=7"), tmp_path / "job2")  # resumes: rows 5 and 6 only
+    out = sample_stage(sample_cfg(tmp_path, "max_rows=7"), tmp_path / "job2")  # resumes: rows 5 and 6 only
     log = [json.loads(line) for line in log_path(tmp_path / "samples" / "morehopqa.jsonl").read_text().splitlines()]
     assert [x["id"] for x in log if "id" in x] == [r["_id"] for r in ROWS[:7]]
     assert out["processed"] == 7
     assert _ids(tmp_path / "samples" / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3, 6)]
     with pytest.raises(ConfigError, match="max_rows=0"):
-        sample_stage(cfg_for(tmp_path, "max_rows=0"), tmp_path / "job3")
+        sample_stage(sample_cfg(tmp_path, "max_rows=0"), tmp_path / "job3")
 
 
 def test_overlapping_shards_are_refused(tmp_path):
     root = tmp_path / "ov"
     for i in range(2):
-        sample_stage(cfg_for(root, f"shard.index={i}", "shard.count=2"), root / f"job{i}")
+        sample_stage(sample_cfg(root, f"shard.index={i}", "shard.count=2"), root / f"job{i}")
     cache = root / "samples" / "morehopqa.jsonl"
     a, b = shard_path(cache, 0, 2), shard_path(cache, 1, 2)
     b.write_text(b.read_text() + a.read_text().splitlines()[0] + "\n")  # an example of shard 0 also in shard 1
     with pytest.raises(DataError, match="is in two shards"):
-        sample_stage(cfg_for(root, "shard.count=2", "merge=true"), root / "merge")
+        sample_stage(sample_cfg(root, "shard.count=2", "merge=true"), root / "merge")
 
 
 SLOW_GENERATOR = '''
@@ -159,20 +128,14 @@ class SlowReplay(ReplayGenerator):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_resume_after_a_kill(tmp_path, sig):
-    (tmp_path / "plug").mkdir()
-    (tmp_path / "plug" / "slow_replay.py").write_text(SLOW_GENERATOR)
-    conf = tmp_path / "conf" / "generator"
-    conf.mkdir(parents=True)
-    (conf / "slow.yaml").write_text(f"_target_: slow_replay.SlowReplay\npath: {replay_file(tmp_path, 9)}\n")
+    plug = plugin_module(tmp_path, "slow_replay", SLOW_GENERATOR)
+    search_path = plugin_option(tmp_path, "generator", "slow",
+                                f"_target_: slow_replay.SlowReplay\npath: {replay_file(tmp_path, 9)}\n")
     cache = tmp_path / "samples" / "morehopqa.jsonl"
-    args = [sys.executable, str(ROOT / "exp" / "exp2" / "sample_and_filter.py"), f"paths.model_cache_dir={CACHE_DIR}",
-            f"paths.samples_dir={tmp_path / 'samples'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+    args = [f"paths.model_cache_dir={CACHE_DIR}", f"paths.samples_dir={tmp_path / 'samples'}", search_path,
             "generator=slow", "chunk=1", "progress=false", "dataset.name=morehopqa"]
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plug")}
-    # SIGINT may be ignored by whatever started the tests (a background shell): restore its default in the child
-    proc = subprocess.Popen(args + [f"hydra.run.dir={tmp_path / 'run1'}"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_script("sample_and_filter.py", *args, f"hydra.run.dir={tmp_path / 'run1'}", cwd=tmp_path,
+                        pythonpath=plug, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:  # wait until some rows are processed, then kill mid-run
         if log_path(cache).exists() and len(log_path(cache).read_text().splitlines()) >= 8:
@@ -182,8 +145,8 @@ def test_resume_after_a_kill(tmp_path, sig):
     proc.wait(timeout=60)
     done_before = len(log_path(cache).read_text().splitlines())
     assert 8 <= done_before < 150
-    out = subprocess.run(args + [f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = run_script("sample_and_filter.py", *args, f"hydra.run.dir={tmp_path / 'run2'}", cwd=tmp_path,
+                     pythonpath=plug)
     assert out.returncode == 0, out.stderr[-2000:]
     log = [json.loads(line) for line in log_path(cache).read_text().splitlines()]
     ids = [x["id"] for x in log if "id" in x]
@@ -199,9 +162,7 @@ def test_run_exp_refuses_a_cache_made_at_another_length_before_any_model_loads(t
 
     common = [f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", "dataset=niah_single_1",
               "dataset.num_samples=2", "progress=false"]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="sample", overrides=common + ["length=512", "generator=evidence_cot",
-                                                                "retriever=zero"])
+    cfg = compose_stage("sample", *common, "length=512", "generator=evidence_cot", "retriever=zero")
     assert sample_stage(cfg, tmp_path / "sample")["kept"] == 2
     cache = tmp_path / "exp" / "exp2" / "data" / "niah_single_1.jsonl"
 
@@ -211,9 +172,8 @@ def test_run_exp_refuses_a_cache_made_at_another_length_before_any_model_loads(t
     monkeypatch.setattr(run, "load_causal_lm", no_model)
 
     def run_cfg(length):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return compose(config_name="run", overrides=common + [f"length={length}", "attribution=[random]",
-                                                                  "mode=[recovery]", "dry_run=true"])
+        return compose_stage("run", *common, f"length={length}", "attribution=[random]", "mode=[recovery]",
+                             "dry_run=true")
 
     with pytest.raises(DataError) as err:
         run.run_stage(run_cfg(1024), tmp_path / "run1024")
@@ -235,9 +195,8 @@ def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     through."""
     common = [f"paths.root={tmp_path}", f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
               "dataset=niah_single_1", "length=512", "dataset.num_samples=4", "progress=false"]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="sample", overrides=common + [
-            f"paths.samples_dir={tmp_path / 'hf'}", "generator.max_new_tokens=48", "generator.batch_size=4"])
+    cfg = compose_stage("sample", *common, f"paths.samples_dir={tmp_path / 'hf'}", "generator.max_new_tokens=48",
+                        "generator.batch_size=4")
     out = sample_stage(cfg, tmp_path / "sample_hf")
     print("\nSmolLM2 funnel (niah_single_1, 4 rows):", json.dumps(out))
     assert out["processed"] == 4 and out["generated"] == 4
@@ -252,17 +211,15 @@ def test_smollm2_through_the_stage_and_run_exp_on_a_cache(tmp_path):
     answers.write_text("".join(json.dumps({"id": r.example_id, "response": (
         "The text hides one special magic number for the key in the question, and I look for the sentence naming "
         "that key. \\box{The special magic number is " + r.metadata["outputs"][0] + ".}")}) + "\n" for r in rows))
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="sample", overrides=common + [
-            f"paths.samples_dir={tmp_path / 'samples'}", "generator=replay", f"generator.path={answers}"])
+    cfg = compose_stage("sample", *common, f"paths.samples_dir={tmp_path / 'samples'}", "generator=replay",
+                        f"generator.path={answers}")
     out = sample_stage(cfg, tmp_path / "sample")
     assert out["kept"] == 4, out
     from ctxbench.stages.run import run_stage
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        run_cfg = compose(config_name="run", overrides=common + [
-            f"paths.samples_dir={tmp_path / 'samples'}", "views=[seq]", "attribution=[ifr_multi_hop,random]",
-            "mode=[faithfulness,recovery]", "mode.faithfulness.steps=4", "heatmaps=0", "max_examples=4"])
+    run_cfg = compose_stage("run", *common, f"paths.samples_dir={tmp_path / 'samples'}", "views=[seq]",
+                            "attribution=[ifr_multi_hop,random]", "mode=[faithfulness,recovery]",
+                            "mode.faithfulness.steps=4", "heatmaps=0", "max_examples=4")
     summary = run_stage(run_cfg, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["dataset"]["kind"] == "cache"
@@ -279,21 +236,17 @@ def test_a_multirun_over_dataset_model_and_retriever_writes_one_cache_per_combin
     """The README's sweep: ``-m dataset=a,b model=x,y retriever=u,v`` with ``paths.samples_dir`` keyed by the model and
     retriever choices. Each of the 8 jobs writes its own cache with its own settings record; none is refused for another
     combination's settings. (Only SmolLM2 is offline: the second model is a config of the same weights in float64.)"""
-    conf = tmp_path / "conf" / "model"
-    conf.mkdir(parents=True)
-    (conf / "smollm2-f64.yaml").write_text((ROOT / "conf" / "model" / "smollm2-135m.yaml").read_text()
-                                           .replace("name: smollm2-135m", "name: smollm2-f64")
-                                           .replace("dtype: auto", "dtype: float64"))
+    search_path = plugin_option(tmp_path, "model", "smollm2-f64", (CONF / "model" / "smollm2-135m.yaml").read_text()
+                                .replace("name: smollm2-135m", "name: smollm2-f64")
+                                .replace("dtype: auto", "dtype: float64"))
     samples = tmp_path / "samples"
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "exp" / "exp2" / "sample_and_filter.py"), "-m",
-         f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"hydra.sweep.dir={tmp_path / 'multirun'}",
-         f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
-         f"paths.samples_dir={samples}/" + "${hydra:runtime.choices.model}/${hydra:runtime.choices.retriever}",
-         "dataset=morehopqa,niah_single_1", "model=smollm2-135m,smollm2-f64", "retriever=bm25,random",
-         "length=512", "max_examples=2", "generator=replay",
-         f"generator.path={replay_file(tmp_path, 9)}", "progress=false"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    out = run_script(
+        "sample_and_filter.py", "-m", search_path, f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        f"paths.model_cache_dir={CACHE_DIR}", f"paths.data_dir={tmp_path / 'data'}",
+        f"paths.samples_dir={samples}/" + "${hydra:runtime.choices.model}/${hydra:runtime.choices.retriever}",
+        "dataset=morehopqa,niah_single_1", "model=smollm2-135m,smollm2-f64", "retriever=bm25,random",
+        "length=512", "max_examples=2", "generator=replay", f"generator.path={replay_file(tmp_path, 9)}",
+        "progress=false", cwd=tmp_path, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     for model in ("smollm2-135m", "smollm2-f64"):
         for retriever in ("bm25", "random"):

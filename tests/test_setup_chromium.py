@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "install_chromium.sh"
 BASH = shutil.which("bash")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CACHE_DIR
+from helpers.paths import CACHE_DIR
 
 # Each child imports, prepares, says it is ready, waits for "go" (so the three first uses overlap), then runs the first
 # use with the maker wrapped to append a line to calls.txt, and prints the sha256 of what it got.

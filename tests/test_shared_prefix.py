@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attribution_helpers import VOCAB, tiny_model
 from ctxbench.attribution.perturbation import ablated_token_scores
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
+
+from helpers.tiny_models import VOCAB, tiny_model
 
 T, GEN_START = 40, 30
 

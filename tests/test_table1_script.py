@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from conftest import CACHE_DIR, ROOT
+from helpers.cli import run_script
+from helpers.paths import CACHE_DIR, ROOT
 
 SCRIPT = ROOT / "scripts" / "table1.sh"
 JOB = "dataset=niah_mq_q2,max_examples=1"
@@ -95,10 +96,9 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
     """sample (generator=evidence_cot) -> caches -> faith (two methods here) -> report, on a sweep of two tasks."""
     tasks = "niah_mq_q2,vt_h2_c3"
     for t in tasks.split(","):  # 2 rows each at the lanes' 1,024 tokens (a sweep cannot set dataset.num_samples)
-        subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "prepare_data.py"), f"dataset={t}", "length=1024",
-                        "dataset.num_samples=2", f"paths.data_dir={tmp_path / 'data'}",
-                        f"paths.model_cache_dir={CACHE_DIR}"], check=True, cwd=tmp_path,
-                       capture_output=True, timeout=600)
+        made = run_script("prepare_data.py", f"dataset={t}", "length=1024", "dataset.num_samples=2",
+                          f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr[-3000:]
     out = _lane(tmp_path, "sample", variant="cot_evidence", tasks=tasks)
     assert out.returncode == 0, out.stderr[-3000:]
     vdir = tmp_path / "runs" / "cot_evidence"

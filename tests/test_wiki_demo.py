@@ -14,15 +14,8 @@ from ctxbench.datasets import wiki_demo
 from ctxbench.datasets.ruler_gen.text_sources import split_prose, wiki_summaries_path
 from ctxbench.datasets.wiki_demo import FILES, build_wiki_demo, write_wiki_demo
 
-from conftest import ROOT
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+from helpers.cli import run_script
+from helpers.records import folder_bytes, read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +156,10 @@ def test_concurrent_writers_leave_one_whole_folder(tmp_path):
 
 
 def test_the_command(tmp_path):
-    cmd = [sys.executable, str(ROOT / "exp" / "exp2" / "make_retrieval_demo.py"), "--out", str(tmp_path / "d"),
-           "--n-docs", "100", "--n-queries", "20", "--seed", "1"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    args = ["--out", str(tmp_path / "d"), "--n-docs", "100", "--n-queries", "20", "--seed", "1"]
+    done = run_script("make_retrieval_demo.py", *args, timeout=120)
     assert done.returncode == 0, done.stderr
     assert folder_bytes(tmp_path / "d") == folder_bytes(write_wiki_demo(tmp_path / "e", n_docs=100, n_queries=20,
                                                                         seed=1))
-    bad = subprocess.run(cmd[:-4] + ["--n-queries", "5000"], capture_output=True, text=True, timeout=120)
+    bad = run_script("make_retrieval_demo.py", *args[:-4], "--n-queries", "5000", timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "n_queries=5000" in bad.stderr

@@ -1,0 +1,42 @@
+"""Files the tests write and read: JSONL rows, whole folders compared byte for byte, results records, RULER data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+# One RULER-format row with its evidence span: the smallest task file a stage accepts.
+RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
+              "outputs": ["1234567"], "answer_prefix": " Answer:",
+              "needle_spans": [{"span": [7, 58], "sentence": "One of the special magic numbers for k is: 1234567."}]}
+
+
+def write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
+    """One line per row: a dict as JSON, a string as it is (a line made by hand, a broken one); the folder is made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def write_ruler_task(data_dir: Path, task: str, rows: Iterable[Any] = (RULER_LINE,), length: int = 512) -> Path:
+    """A RULER task file where the stages look for it (``<data_dir>/ruler_multihop/<length>/<task>/``)."""
+    return write_jsonl(Path(data_dir) / "ruler_multihop" / str(length) / task / "validation.jsonl", rows)
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path: two folders are equal when these are."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def without_timings(obj):
+    """A results record (or a part of one) without its timing fields (``*_s``, ``*timings``), which differ per run."""
+    if isinstance(obj, dict):
+        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj
