@@ -2,13 +2,14 @@
 data."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from ctxbench.datasets import (MoreHopQA, Paths, RulerJsonl, RulerTask, load_morehopqa, load_ruler_jsonl,
                                morehopqa_sample)
 from ctxbench.datasets.ruler import ruler_target
-from ctxbench.datasets.sentences import split_sentences
+from ctxbench.datasets.sentences import join_sentences, split_sentences
 from ctxbench.errors import DataError, UnknownDatasetError
 
 from helpers.records import write_jsonl
@@ -27,10 +28,40 @@ def test_morehopqa_sample(morehopqa_path):
     assert row.target is None and row.sink_span is None
     assert row.metadata["answer"] == row.metadata["reference_answer"] == "2"
     assert row.metadata["original_context"][0][0] == "Spy Hunter"
-    # Sentences inside a paragraph are concatenated as written (they carry their own leading space).
+    # Sentences inside a paragraph are concatenated as written (most carry their own leading space).
     assert ex[0].prompt.startswith("Maroon 5 is an American pop rock band that originated in Los Angeles, "
                                    "California. It currently consists")
     assert len({e.example_id for e in ex}) == 150
+
+
+def test_morehopqa_sentences_are_never_glued(morehopqa_path):
+    """Two sentences with no whitespace at their join get one space (FlashTrace's bare join glues 1,347 joins of 102
+    rows, e.g. 'nobleman.Born'); everything else is the text as written, and each sentence is a sentence of its own for
+    the segmenter."""
+    raw = json.loads(Path(morehopqa_path).read_text())
+    rows = load_morehopqa(morehopqa_path)
+    glued = 0
+    for r, ex in zip(raw, rows):
+        body, question = ex.prompt.rsplit("\n", 1)
+        assert question == r["question"]
+        assert body.replace(" ", "") == "".join("".join(s) for _t, s in r["context"]).replace(" ", "")
+        for _title, sents in r["context"]:
+            for a, b in zip(sents, sents[1:]):
+                if a and b and not a[-1].isspace() and not b[0].isspace():
+                    glued += 1
+                    assert a + " " + b in body, (a, b)
+                elif a and b:
+                    assert a + b in body
+    assert glued == 1347
+    for a, b in (("x.", "Y."), (" x.", "y."), ("x. ", "Y."), ("x.", " Y."), ("", "Y."), ("x.", "")):
+        text, starts = join_sentences([a, b])
+        assert text == (a + " " + b if a and b and not a[-1].isspace() and not b[0].isspace() else a + b)
+        assert text[starts[1]:] == b
+    # the glued row's two sentences are two sentences of the prompt
+    nobleman = next(ex for ex in rows if "nobleman. Born" in ex.prompt)
+    at = nobleman.prompt.index("nobleman. Born")
+    ends = [e for _s, e in split_sentences(nobleman.prompt)]
+    assert at + len("nobleman.") in ends
 
 
 @pytest.mark.parametrize("content, text", [

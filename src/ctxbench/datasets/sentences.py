@@ -52,3 +52,21 @@ def sentences_overlapping(spans: list[tuple[int, int]], targets: list[tuple[int,
                 hits.add(i)
                 break
     return sorted(hits)
+
+
+def join_sentences(sentences) -> tuple[str, tuple[int, ...]]:
+    """Sentences joined as written, with one space between two where neither side has whitespace (HotpotQA-style
+    paragraphs store most sentences with their leading space, but not all: joined bare, ``nobleman.Born`` would be one
+    sentence to every segmenter); the offset of each sentence in the joined text."""
+    parts: list[str] = []
+    starts: list[int] = []
+    pos = 0
+    for sent in sentences:
+        if pos and sent and not parts[-1][-1:].isspace() and not sent[0].isspace():
+            parts.append(" ")
+            pos += 1
+        starts.append(pos)
+        if sent:
+            parts.append(sent)
+            pos += len(sent)
+    return "".join(parts), tuple(starts)

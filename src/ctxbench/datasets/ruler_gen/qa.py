@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxbench.datasets.sentences import join_sentences
 from ctxbench.retrievers.bm25 import bm25_tokenize, bm25s_module
 
 from .common import ContextBuilder, derive_rng, fill_template, input_budget
@@ -46,23 +47,6 @@ ANSWER_PREFIX = " Answer:"
 @dataclass(frozen=True)
 class QaParams:
     tokens_to_generate: int = 32
-
-
-def join_sentences(sentences) -> tuple[str, tuple[int, ...]]:
-    """Sentences joined as written, with one space between two where neither side has whitespace; the offset of each
-    sentence in the joined text."""
-    parts: list[str] = []
-    starts: list[int] = []
-    pos = 0
-    for sent in sentences:
-        if pos and sent and not parts[-1][-1:].isspace() and not sent[0].isspace():
-            parts.append(" ")
-            pos += 1
-        starts.append(pos)
-        if sent:
-            parts.append(sent)
-            pos += len(sent)
-    return "".join(parts), tuple(starts)
 
 
 @dataclass(frozen=True)
