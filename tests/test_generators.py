@@ -33,12 +33,14 @@ class ChatServer:
     ``echo:<text>`` replies <text>; ``<code>x<n>:<text>`` answers HTTP <code> to the first n requests with that content,
     then <text>; ``always<code>`` always answers <code>; ``badjson`` / ``badjson1`` a body that is not JSON (always /
     once); ``slow<s>:<text>`` sleeps s seconds first (every time) and ``slowonce<s>:<text>`` only the first time;
-    ``think`` a reply with separate reasoning_content. A judge request (the judge system prompt) gets "True" when the
+    ``after<s>:<text>`` answers the first request 429 with ``Retry-After: <s>``, then <text>; ``think`` a reply with
+    separate reasoning_content. A judge request (the judge system prompt) gets "True" when the
     boxed answer contains the reference, else "False". A wrong or missing key gets 401."""
 
     def __init__(self):
         self.hits: dict[str, int] = {}
         self.bodies: list[dict] = []
+        self.auth: list = []  # the Authorization header of each request (None: not sent)
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -103,6 +105,8 @@ class ChatServer:
     def handle(self, h, body):
         if h.path != "/v1/chat/completions":
             return self.send(h, 404, {"error": {"message": f"no route {h.path}"}})
+        with self.lock:
+            self.auth.append(h.headers.get("Authorization"))
         if h.headers.get("Authorization") != f"Bearer {KEY}":
             return self.send(h, 401, {"error": {"message": "bad key"}})
         msgs = body["messages"]
@@ -124,6 +128,11 @@ class ChatServer:
             return self.send(h, 200, self.reply("fine now"))
         if content == "think":
             return self.send(h, 200, self.reply("\\box{4}", reasoning="2 + 2 is 4."))
+        if content.startswith("after"):
+            wait, text = content[5:].split(":", 1)
+            if n == 1:
+                return self.send(h, 429, {"error": {"message": "slow down"}}, headers={"Retry-After": wait})
+            return self.send(h, 200, self.reply(text))
         if content.startswith("slow"):
             once = content.startswith("slowonce")
             spec, text = content[8 if once else 4:].split(":", 1)
@@ -172,6 +181,23 @@ def test_retries_on_429_and_5xx_then_succeeds(server):
     assert res.text == "fine now" and res.attempts == 2
 
 
+def test_waits_between_retries_follow_backoff_and_retry_after(server):
+    """The SDK retries; the waits between tries are the endpoint's (the SDK's own start at 0.5 s and double):
+    ``backoff_s * 2**k`` plus up to 25 % jitter, at least a 429's ``Retry-After``, at most ``max_backoff_s``."""
+    t0 = time.perf_counter()
+    assert client(server, backoff_s=0.0).complete(user("429x3:no wait")).attempts == 4
+    assert time.perf_counter() - t0 < 1.5  # the SDK's waits would be 2.6 s at least
+    t0 = time.perf_counter()
+    assert client(server, backoff_s=0.2, max_backoff_s=0.25).complete(user("503x3:capped")).attempts == 4
+    assert 0.6 <= time.perf_counter() - t0 < 1.3  # 0.2-0.25, then 0.25 twice (uncapped: 1.4 s at least)
+    t0 = time.perf_counter()
+    assert client(server, backoff_s=0.0, max_backoff_s=5).complete(user("after0.5:told to wait")).attempts == 2
+    assert time.perf_counter() - t0 >= 0.5
+    t0 = time.perf_counter()
+    assert client(server, backoff_s=0.0, max_backoff_s=0.05).complete(user("after30:not that long")).attempts == 2
+    assert time.perf_counter() - t0 < 1.5
+
+
 def test_gives_up_with_a_one_line_error(server):
     c = client(server, max_retries=2)
     with pytest.raises(ChatError, match=r"gave up after 3 attempts: HTTP 500: server says no") as exc:
@@ -202,8 +228,13 @@ def test_key_from_the_environment_only(server, monkeypatch, tmp_path):
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(ChatError, match=f"{KEY_ENV} is not set"):
         client(server).complete(user("echo:x"))
-    with pytest.raises(ValueError, match=f"api_key_env: environment variable {KEY_ENV} is not set"):
+    with pytest.raises(ValueError, match=f"^api_key_env='{KEY_ENV}': the environment variable is not set"):
         OpenAIGenerator(base_url=server.base_url, model_name="m", api_key_env=KEY_ENV)
+    # api_key_env=null sends no key at all, not even the SDK's default variable
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with pytest.raises(ChatError, match="HTTP 401: bad key"):
+        client(server, api_key_env=None).complete(user("echo:x"))
+    assert server.auth[-1] is None and server.auth[0] == "Bearer wrong"
 
 
 def test_response_cache(server, tmp_path):
@@ -305,7 +336,7 @@ def test_replay_from_its_yaml(tmp_path):
     f = write_lines(tmp_path / "r.jsonl", [{"id": "1", "response": "r"}])
     gen = build(_compose(["generator=replay", f"generator.path={f}"]).generator, "generator", Generator)
     assert gen.generate([GenerationRequest("1")])[0].text == "r"
-    with pytest.raises(ConfigError, match="generator: path: generator=replay needs"):
+    with pytest.raises(ConfigError, match="generator: path=None: generator=replay needs"):
         build(_compose(["generator=replay"]).generator, "generator")
     with pytest.raises(ConfigError, match="no such file"):
         build(_compose(["generator=replay", f"generator.path={tmp_path / 'missing.jsonl'}"]).generator, "generator")

@@ -14,13 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import jsonlines
-
-try:
-    import fcntl
-except ImportError:  # not POSIX
-    fcntl = None
+from filelock import Timeout
 
 from ctxbench.errors import DataError
+from ctxbench.locks import hold, let_go
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +71,9 @@ class AppendOnlyJsonl:
 
     On open, a torn last line (a crash mid-write: no trailing newline, or not valid JSON) is cut off so the file stays
     valid; every complete line is kept. ``key`` extracts the identity used for resuming (e.g. the example id).
-    One writer at a time: the file is locked (``flock``) while open, and a second writer, in this process or another
-    (the same job started twice), is refused before it reads or cuts anything, since it would take the first one's
-    line in progress for a torn one and both would write the same keys.
+    One writer at a time: ``<path>.lock`` is held while open (``ctxbench.locks.hold``, the project's one lock scheme),
+    and a second writer, in this process or another (the same job started twice), is refused before it reads or cuts
+    anything, since it would take the first one's line in progress for a torn one and both would write the same keys.
     """
 
     def __init__(self, path: str | Path, key: Callable[[dict[str, Any]], str],
@@ -85,9 +82,17 @@ class AppendOnlyJsonl:
         self._key = key
         self.done: set[str] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fp = open(self.path, "a", encoding="utf-8")
         try:
-            self._lock()
+            self._lock = hold(self.path)
+        except Timeout:
+            raise DataError("another process is writing this file (the same job running twice?); wait for it to end "
+                            "or stop it, then rerun to resume", file=self.path) from None
+        try:
+            self._fp = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            let_go(self._lock)
+            raise
+        try:
             # every complete line is checked before anything is cut: a refused file is left as it was
             data = self.path.read_bytes()
             cut = self._intact_length(data)
@@ -101,19 +106,9 @@ class AppendOnlyJsonl:
             self._repair_tail(data, cut)
         except BaseException:
             self._fp.close()
+            let_go(self._lock)
             raise
         self._writer = jsonlines.Writer(self._fp, dumps=_dumps, flush=True)
-
-    def _lock(self) -> None:
-        if fcntl is None:  # no flock on this platform: one writer is the caller's to ensure
-            return
-        try:
-            fcntl.flock(self._fp.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataError("another process is writing this file (the same job running twice?); wait for it to end "
-                            "or stop it, then rerun to resume", file=self.path) from None
-        except OSError as exc:  # a file system without locks (some network mounts): write on, unguarded
-            log.warning("%s: cannot lock (%s); make sure one process writes it at a time", self.path, exc)
 
     @staticmethod
     def _intact_length(data: bytes) -> int:
@@ -155,8 +150,12 @@ class AppendOnlyJsonl:
         return True
 
     def close(self) -> None:
-        self._writer.close()
-        self._fp.close()
+        try:
+            self._writer.close()
+            self._fp.close()
+        finally:
+            let_go(self._lock)
+            self._lock = None
 
     def __enter__(self):
         return self

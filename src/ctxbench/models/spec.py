@@ -28,9 +28,7 @@ class ModelConfig:
     attn_implementation: Optional[str] = None  # None: eager when attentions are needed, else the transformers default
     trust_remote_code: bool = False
     dequantized_cache: bool = True  # GGUF: keep a dequantised safetensors copy under paths.cache_dir
-    # generation defaults
-    max_new_tokens: int = 256
-    temperature: float = 0.0
+    # no generation settings here: max_new_tokens, temperature, ... belong to the generator group (conf/generator)
     # openai backend
     base_url: Optional[str] = None
     model_name: Optional[str] = None
