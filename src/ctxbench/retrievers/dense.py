@@ -99,18 +99,31 @@ class DenseRetriever(TextRetriever):
     def _retrieve(self, queries: list[Row], k: int) -> list[Retrieved]:
         return self._ranked(queries, k, self.embed_queries(queries))
 
+    def ranked_hits(self, queries: list[Row], q_emb: np.ndarray, n: int, need: int
+                    ) -> list[list[tuple[float, int]]]:
+        """Per query its ``n`` best pool rows (as many as there are) as ``(score, index)``, the query's own row left
+        out with ``exclude_self`` (refused when fewer than ``need`` rows remain): decreasing score, equal scores by
+        increasing pool index (docs/retrievers.md), the rule every dense option's candidate list follows. Faiss orders
+        equal scores as it likes and may cut a tie at the ``n``-th hit, so the search widens until the hit after the
+        ``n``-th scores strictly less (or the pool is exhausted)."""
+        own = exclusions(self, queries, self.exclude_self)
+        for r, o in enumerate(own):
+            if o is not None and need > len(self.pool) - 1:
+                raise ValueError(f"k={need}: only {len(self.pool) - 1} pool rows besides query {queries[r]['id']!r}")
+        total = len(self.pool)
+        width = min(n + 1 + int(any(o is not None for o in own)), total)
+        while True:
+            scores, idx = self.search(q_emb, width)
+            hits = [sorted(((float(s), int(i)) for s, i in zip(scores[r], idx[r]) if i >= 0 and i != own[r]),
+                           key=lambda h: (-h[0], h[1])) for r in range(len(queries))]
+            # a tie reaching the last hit returned may go on among the rows not returned
+            cut = [len(h) > n > 0 and h[n - 1][0] == h[-1][0] for h in hits]
+            if width >= total or not any(cut):
+                return [h[:n] for h in hits]
+            width = min(2 * width, total)
+
     def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
         """The queries' hits given their embeddings: what every dense option overrides (DPP, MDL, vote-k), so
         ``retrieve`` and the batched ``retrieve_grouped`` rank alike."""
-        own = exclusions(self, queries, self.exclude_self)
-        extra = int(any(o is not None for o in own))
-        scores, idx = self.search(q_emb, k + extra)
-        out = []
-        for r in range(len(queries)):
-            if own[r] is not None and k > len(self.pool) - 1:
-                raise ValueError(f"k={k}: only {len(self.pool) - 1} pool rows besides query {queries[r]['id']!r}")
-            hits = [(float(s), int(i)) for s, i in zip(scores[r], idx[r]) if i >= 0 and i != own[r]]
-            hits.sort(key=lambda h: (-h[0], h[1]))  # equal scores: lower pool index first
-            hits = hits[:k]
-            out.append(Retrieved([i for _, i in hits], [s for s, _ in hits]))
-        return out
+        return [Retrieved([i for _, i in hits], [s for s, _ in hits])
+                for hits in self.ranked_hits(queries, q_emb, k, need=k)]

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from ctxbench.part import param, refuse
-from ctxbench.retrievers.base import Retrieved, Row, exclusions
+from ctxbench.retrievers.base import Retrieved, Row
 from ctxbench.retrievers.dense import DenseRetriever
 
 _EPS = 1e-10
@@ -84,14 +84,9 @@ class DPPRetriever(DenseRetriever):
         return rel[:, None] * sim * rel[None, :], cos
 
     def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
-        own = exclusions(self, queries, self.exclude_self)
-        n_cand = min(max(self.candidate_num, k) + int(any(o is not None for o in own)), len(self.pool))
-        _, idx = self.search(q_emb, n_cand)
         out = []
-        for r in range(len(queries)):
-            if own[r] is not None and k > len(self.pool) - 1:
-                raise ValueError(f"k={k}: only {len(self.pool) - 1} pool rows besides query {queries[r]['id']!r}")
-            cands = np.array([i for i in idx[r] if i >= 0 and i != own[r]][:max(self.candidate_num, k)], np.int64)
+        for r, hits in enumerate(self.ranked_hits(queries, q_emb, max(self.candidate_num, k), need=k)):
+            cands = np.array([i for _, i in hits], np.int64)
             L, cos = self.kernel(q_emb[r], cands)
             chosen = greedy_map_dpp(L, k)
             chosen.sort(key=lambda c: (-cos[c], c))  # decreasing relevance

@@ -26,7 +26,7 @@ import numpy as np
 from ctxbench.models.spec import ModelConfig
 from ctxbench.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
-from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores, row_id, row_rng
+from ctxbench.retrievers.base import Retrieved, Row, rank_scores, row_id, row_rng
 from ctxbench.retrievers.dense import DenseRetriever
 
 
@@ -149,16 +149,12 @@ class MDLRetriever(DenseRetriever):
         return sets
 
     def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
-        own = exclusions(self, queries, self.exclude_self)
-        width = min(max(self.candidate_num, k) + int(any(o is not None for o in own)), len(self.pool))
-        _, idx = self.search(q_emb, width)
+        ranked = self.ranked_hits(queries, q_emb, max(self.candidate_num, k), need=k)
         model, tok = (None, None) if k == 0 else self._lm()
         chat = tok is not None and bool(getattr(tok, "chat_template", None))
         out = []
-        for r, q in enumerate(queries):
-            if own[r] is not None and k > len(self.pool) - 1:
-                raise ValueError(f"k={k}: only {len(self.pool) - 1} pool rows besides query {q['id']!r}")
-            cands = [int(i) for i in idx[r] if i >= 0 and i != own[r]][:max(self.candidate_num, k)]
+        for q, hits in zip(queries, ranked):
+            cands = [i for _, i in hits]
             if k == 0:
                 out.append(Retrieved([], []))
                 continue
