@@ -127,7 +127,10 @@ def test_run_page_structure(tmp_path):
     # Tables: the interval when the summary has one, else mean ± std; the paired comparison row.
     assert "0.250 <span class=\"ci\">[0.125, 0.375]</span>" in page
     assert "0.250 <span class=\"ci\">± 0.100</span>" in page
-    assert "<th>ifr_multi_hop − attention</th>" in page and "<b>ifr_multi_hop</b>" in page and "0.03" in page
+    # the tables of summary.md: the examples scored of those run, and the comparisons per scorer, pair and view
+    assert "<th>scored</th><th>attribution s/example</th>" in page and "<td>2/2</td><td>1.50</td>" in page
+    assert ("<tr><th>ifr_multi_hop</th><th>attention</th><td>Seq</td><td>2</td>"
+            "<td><b>+0.500 [+0.250, +0.750], p=0.03</b> (ifr_multi_hop better)</td></tr>") in page
     # Both examples, in results order, each with a panel per method.
     sections = [e["attrs"]["id"] for e in dom.elements if e["attrs"].get("class") == "example"]
     assert sections == ["ex0", "ex1"]
@@ -159,7 +162,7 @@ def test_run_page_structure(tmp_path):
 
 def test_escaping_and_no_outside_reference(tmp_path):
     page = write_run_html(make_job(tmp_path / "job"), "t", examples=2).read_text()
-    assert EVIL not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert EVIL not in page and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
     assert "&lt;b&gt;" in page and "&lt;/div&gt;" in page and " a &amp; b\n" in page and "run &lt;" not in page
     # Exactly two script elements (data, code): no token text opened or closed one.
     assert page.count("<script") == 2 and page.count("</script") == 2
@@ -251,7 +254,7 @@ def test_report_command_page(tmp_path):
     # laid out as table1.md: a row per task and method, a column per metric, the task's best mean in bold
     assert ('<thead><tr><th>task (N)</th><th>method</th><th>Recall@10%</th></tr></thead><tbody>'
             '<tr class="task-start"><th>niah_a (3)</th><th>m1</th><td class="best"><b>0.500</b></td></tr>'
-            '<tr><th></th><th>m2</th><td>0.250 [0.000, 0.500]</td></tr>'
+            '<tr><th></th><th>m2</th><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
             '<tr class="task-start"><th>niah_b (4)</th><th>m1</th><td>–</td></tr></tbody>') in page
     md = "\n".join(table1_markdown(["niah_a", "niah_b"], ["m1", "m2"], metrics, cells, lambda d: {"niah_a": 3,
                                                                                                   "niah_b": 4}[d]))

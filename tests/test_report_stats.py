@@ -117,7 +117,7 @@ def test_run_summary_files_carry_intervals_and_comparisons(tmp_path, capsys):
     assert f"| good | {good['mean']:.3f} [{good['ci_low']:.3f}, {good['ci_high']:.3f}] |" in md
     assert "## Paired comparisons" in md
     assert "| good | flat | Seq | 8 | **-0.200 [-0.200, -0.200], p=0.0078** (good better) |" in md
-    # the reference-layout CSV is unchanged: means, then the std rows
+    # the FlashTrace-layout CSV is unchanged: means, then the std rows
     csv_rows = (job / "faithfulness" / "good.csv").read_text().splitlines()
     assert csv_rows[0] == "Method,RISE,MAS,RISE+AP" and csv_rows[1].startswith("Seq Attr Scores Mean,")
 
@@ -226,7 +226,8 @@ def _compose(overrides):
 
 def test_table1_experiment_lists_and_builds_every_method():
     cfg = _compose(["+experiment=table1", "dataset=niah_mq_q2", "seed=5"])
-    # the spec's Table 1: FlashTrace and its multi-hop variants, per-token IFR, attention, IG, AttnLRP, perturbation
+    # the FlashTrace paper's Table 1: FlashTrace and its multi-hop variants, per-token IFR, attention, IG, AttnLRP,
+    # perturbation
     assert list(cfg.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
                                      "attention", "integrated_gradients", "attnlrp", "perturbation"]
     assert set(cfg.attribution) == {p.stem for p in (ROOT / "conf" / "attribution").glob("*.yaml")} - {

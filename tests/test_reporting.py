@@ -1,4 +1,4 @@
-"""Run summaries, the reference CSV layout, plots, heat maps, and the multirun Table-1 report."""
+"""Run summaries, FlashTrace's CSV layout, plots, heat maps, and the multirun Table-1 report."""
 
 import csv
 import json
@@ -81,8 +81,9 @@ def test_plots_and_heatmap(tmp_path):
     assert [p.name for p in written] == ["deletion_curve_seq.png", "deletion_curve_row.png", "deletion_curve_rec.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
     page = heatmap_html(["The", " key", " <is>"], [0.0, 2.0, 1.0], title="t", gold=[1], generated=[" 4", "2"])
-    assert "rgba(220, 38, 38, 1.000)" in page and "rgba(220, 38, 38, 0.500)" in page
-    assert "&lt;is&gt;" in page and "underline" in page and " 42" in page
+    assert "rgba(220,38,38,1.00)" in page and "rgba(220,38,38,0.50)" in page
+    assert "&lt;is&gt;" in page and 'class="tok gold"' in page and " 42" in page
+    assert 'title="1: 2"' in page  # the weight on hover
 
 
 def make_job(root, name, dataset, overrides, summary_methods, modes=tuple(SCORERS), **config_over):
@@ -240,7 +241,7 @@ def test_paper_table1_figures_and_orderings(tmp_path):
     from ctxbench.reporting.paper import load_paper, ordering_rows, ranked
 
     paper = load_paper()
-    # FlashTrace's row is spec §6's (RISE, MAS, RISE+AP, Recall@10%)
+    # FlashTrace's row is the paper's Table 1 row (RISE, MAS, RISE+AP, Recall@10%)
     assert paper[("niah_mq_q2", "ifr_multi_hop_both")] == {"RISE": 0.068, "MAS": 0.163, "RISE+AP": 0.163,
                                                            "Recall@10%": 0.483}
     assert paper[("vt_h2_c3", "ifr_multi_hop_both")]["Recall@10%"] == 0.698

@@ -1,4 +1,4 @@
-"""The multirun report in the layout of the reference paper's Table 1 (spec attribution.md §6: one row per task with its
+"""The multirun report in the layout of the FlashTrace paper's Table 1 (one row per task with its
 N, the metric columns RISE, MAS, RISE+AP, Recall@10%; here one row per task and method), each figure with its bootstrap
 interval, then the paired comparisons between methods on each task, from run_exp job dirs. Intervals and comparisons
 are recomputed from each job's ``results.jsonl`` with the report's ``stats`` settings. Runs whose configs disagree on
@@ -6,10 +6,9 @@ anything but the swept keys are refused."""
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -24,9 +23,11 @@ from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
                                         source_markdown, source_rows)
 from ctxbench.reporting.stats import StatsSettings
+from ctxbench.reporting.render import csv_text, markdown
+from ctxbench.reporting.results_table import (Table, direction, rows_from_cells, shown_metrics, table1_means,
+                                              table1_table, task_comparison_tables)
 from ctxbench.results import RESULTS, is_attribution_job, jobs_below
-from ctxbench.reporting.tables import (comparison_cell, compare, direction, metric_header, run_summary,
-                                      stat_cell, summarize)
+from ctxbench.reporting.tables import compare, run_summary, summarize
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
 # (the parts' own such keys are declared neutral on their fields: ctxbench.part).
@@ -49,6 +50,7 @@ class JobRun:
     source: dict = field(default_factory=dict)  # the manifest's dataset record: where the examples were read
     # method -> the name it is reported under, when its settings differ from the first run of it (``label_variants``)
     labels: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)  # method -> what differs in those settings ("hops=3")
 
     @property
     def dataset(self) -> str:
@@ -121,7 +123,8 @@ def label_variants(jobs: list[JobRun]) -> None:
             ref = first.setdefault(method, settings)
             diff = [f"{k}={settings.get(k)}" for k in sorted(set(ref) | set(settings)) if ref.get(k) != settings.get(k)]
             if diff:
-                job.labels[method] = f"{method} ({', '.join(diff)})"
+                job.settings[method] = ", ".join(diff)
+                job.labels[method] = f"{method} ({job.settings[method]})"
         job.summary["methods"] = {job.labels.get(m, m): v for m, v in job.summary["methods"].items()}
 
 
@@ -245,8 +248,10 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
            ) -> tuple[list[str], list[str], list[dict[str, Any]], dict[tuple[str, str], dict]]:
     """``(datasets, methods, metrics, cells)``: ``metrics`` are the scorers' metric descriptions (``label``,
     ``higher_is_better``) in run order, ``cells[(dataset, method)] = {label: mean, "runs_n": {examples of each run},
-    "stats": {label: {mean, std, n, ci_low, ci_high}}}``; ``stats`` figures are recomputed from results.jsonl with
-    ``stats`` when given and the job has the file, else taken from summary.json."""
+    "stats": {label: {mean, std, n, ci_low, ci_high}}, "method": the method, "setting": its setting label or ""}``
+    (the ``method`` key of ``cells`` is the name of the row: the method with its setting label, ``label_variants``);
+    ``stats`` figures are recomputed from results.jsonl with ``stats`` when given and the job has the file, else
+    taken from summary.json."""
     check_consistent(jobs)
     cells: dict[tuple[str, str], dict] = {}
     datasets, methods, metrics = [], [], {}
@@ -261,7 +266,9 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
             # recovery with hops=3, two sweeps); a scorer given by two runs was resolved by find_jobs
             if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
                 continue  # every figure this run had of the method is taken from a later run: its N does not count
-            cell = cells.setdefault(key, {"runs_n": set(), "stats": {}})
+            origin = next((m for m, label in job.labels.items() if label == method), method)
+            cell = cells.setdefault(key, {"runs_n": set(), "stats": {}, "method": origin,
+                                          "setting": job.settings.get(origin, "")})
             for name, desc in scorers.items():
                 for m in desc["metrics"]:
                     if job.scores(method, name):
@@ -324,10 +331,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     in the ``samples`` folders that no run explained are listed with their funnels.
     ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
-    datasets, methods, metrics, cells = table or table1(jobs, view, stats)
-    metrics = [m for m in metrics
-               if any(cells.get((d, me), {}).get(m["label"]) is not None for d in datasets for me in methods)]
-    labels = [m["label"] for m in metrics]
+    datasets, methods, described, cells = table or table1(jobs, view, stats)
+    rows = rows_from_cells(datasets, methods, described, cells, view)
+    metrics = shown_metrics(rows, described)  # the columns: the metrics some method has a figure of
     comps = comparisons(jobs, view, stats)
 
     paper_figures = load_paper()
@@ -342,8 +348,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *(table1_markdown(datasets, methods, metrics, cells, n_of, min_examples) if datasets
-                      else ["No task explained yet."]),
+                    *(markdown(table1_layout(datasets, methods, described, cells, min_examples, n_of, view))
+                      if datasets else ["No task explained yet."]),
                     "", *source_markdown(sources, min_examples),
                     *(["", *budget_markdown(budgets)] if budgets else []),
                     *(["", *deletion_set_markdown(by_set)] if by_set else []),
@@ -353,12 +359,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
     md_path.write_text(md + "\n", encoding="utf-8")
-    with open(csv_path, "w", newline="", encoding="utf-8") as fp:
-        w = csv.writer(fp)
-        w.writerow(["dataset", "n"] + [f"{me}/{m}" for me in methods for m in labels])
-        for d in datasets:
-            w.writerow([d, n_of(d)] + ["" if cells.get((d, me), {}).get(m) is None else cells[(d, me)][m]
-                                       for me in methods for m in labels])
+    csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
+                        encoding="utf-8", newline="")
     (out / "table1.json").write_text(json.dumps({
         "caption": caption, "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
         "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods,
@@ -372,64 +374,32 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     return md_path, csv_path, md
 
 
-def table1_rows(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0
-                ) -> list[tuple[str, str, list[tuple[str, bool]]]]:
-    """The Table-1 layout, for any rendering: ``(task (N) or "" after a task's first row, method, [(figure, best)])``
-    per task and method in run order, one figure per metric; ``best``: the task's best mean of that metric (none when
-    every method ties, never a figure over fewer than ``min_examples`` examples, which reads "too few (n)")."""
-    out = []
-    for d in datasets:
-        best = {}
-        for m in metrics:
-            means = [cells[(d, me)][m["label"]] for me in methods if cells.get((d, me), {}).get(m["label"]) is not None]
-            if len(set(means)) > 1:  # bold marks a difference, not a tie of every method
-                best[m["label"]] = max(means) if m["higher_is_better"] else min(means)
-        for i, me in enumerate(me for me in methods if (d, me) in cells):
-            c = cells[(d, me)]
-            figures = []
-            for m in metrics:
-                st = c["stats"].get(m["label"])
-                text = "–" if st is None else (f"too few ({st['n']})" if st.get("n", 0) < min_examples
-                                               else stat_cell(st))
-                filled = st is not None and st.get("n", 0) >= min_examples
-                figures.append((text, filled and c.get(m["label"]) is not None
-                                and c[m["label"]] == best.get(m["label"])))
-            out.append((f"{d} ({n_of(d)})" if i == 0 else "", me, figures))
-    return out
+def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
+                  cells: dict[tuple[str, str], dict], min_examples: int = 0, n_of=None, view: str = "") -> Table:
+    """The Table-1 layout of ``table1.md`` and the report's ``report.html`` (``results_table.table1_table``) over the
+    metrics some method has a figure of; its title says which way they point. ``n_of``: a task's N (``task_n``)."""
+    rows = rows_from_cells(datasets, methods, metrics, cells, view)
+    shown = shown_metrics(rows, metrics)
+    table = table1_table(rows, shown, min_examples, n_of or (lambda d: task_n(cells, d, methods)))
+    return replace(table, title=direction(shown))
 
 
 def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                    cells: dict[tuple[str, str], dict], n_of, min_examples: int = 0) -> list[str]:
+                    cells: dict[tuple[str, str], dict], n_of=None, min_examples: int = 0) -> list[str]:
     """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
-    Recall@10% for faithfulness + recovery); the best mean of each task in bold (``table1_rows``)."""
-    mixed = len({m["higher_is_better"] for m in metrics}) > 1
-    lines = ["| task (N) | method | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
-             "|---" * (len(metrics) + 2) + "|"]
-    for task, method, figures in table1_rows(datasets, methods, metrics, cells, n_of, min_examples):
-        lines.append("| " + " | ".join([task, method] + [f"**{t}**" if best else t for t, best in figures]) + " |")
-    return lines
+    Recall@10% for faithfulness + recovery); the best mean of each task in bold (``table1_layout``)."""
+    return markdown(table1_layout(datasets, methods, metrics, cells, min_examples, n_of))
 
 
 def comparisons_markdown(comps: list[dict[str, Any]], datasets: list[str], metrics: list[dict[str, Any]],
                          stats: StatsSettings) -> list[str]:
-    """Per task: rows = method pairs, columns = metrics, cells = ``tables.comparison_cell``."""
+    """Per task: rows = method pairs, columns = metrics, cells = ``results_table.comparison``."""
     if not comps:
         return []
-    mixed = len({m["higher_is_better"] for m in metrics}) > 1
     lines = ["", "## Paired comparisons", "",
              f"A − B on the examples both methods scored: mean difference [{stats.level:.0%} bootstrap interval over "
              f"pairs], Wilcoxon signed-rank p; bold: the interval excludes 0 and p < {1 - stats.level:.2g} "
              f"(docs/metrics.md#statistics)."]
-    for d in datasets:
-        rows = [c for c in comps if c["dataset"] == d]
-        if not rows:
-            continue
-        lines += ["", f"### {d}", "", "| A | B | n | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
-                  "|---" * (len(metrics) + 3) + "|"]
-        for a, b in dict.fromkeys((c["a"], c["b"]) for c in rows):
-            by_label = {c["label"]: c for c in rows if (c["a"], c["b"]) == (a, b)}
-            n = max(c["n"] for c in by_label.values())
-            lines.append(f"| {a} | {b} | {n} | " + " | ".join(
-                comparison_cell(by_label[m["label"]]) if m["label"] in by_label else "–" for m in metrics) + " |")
+    for t in task_comparison_tables(comps, datasets, metrics):
+        lines += ["", f"### {t.title}", "", *markdown(t)]
     return lines

@@ -94,7 +94,7 @@ def bootstrap_ci(values: Iterable[Optional[float]], *, n_resamples: int = 1000, 
 
 def describe(values: Iterable[Optional[float]], *, n_resamples: int = 1000, level: float = 0.95,
              seed: int = 0) -> dict[str, Any]:
-    """``{mean, std, n, ci_low, ci_high}`` of the finite values (population std, as the reference reports)."""
+    """``{mean, std, n, ci_low, ci_high}`` of the finite values (population std, as FlashTrace reports)."""
     x, _ = finite_values(values)
     ci = bootstrap_ci(x, n_resamples=n_resamples, level=level, seed=seed)
     if len(x) == 0:

@@ -1,4 +1,5 @@
-"""Per-run summaries of the per-example result records, and the files the reference writes (CSV per mode and method).
+"""Per-run summaries of the per-example result records, and the files FlashTrace's code writes (CSV per mode and
+method).
 
 A result record (one line of ``results.jsonl``) holds, for one example and one attribution method, ``example_id``,
 ``method``, ``P``, ``G``, ``attribution_s`` and the fields each scorer writes (``faithfulness``, ``recovery``, ...:
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from ctxbench.jsonl import iter_jsonl
-from ctxbench.metrics.scorer import VIEW_LABELS, Scorer, mean_std
+from ctxbench.metrics.scorer import Scorer, mean_std
+from ctxbench.reporting.render import markdown
+from ctxbench.reporting.results_table import comparison_tables, rows_from_summary, summary_tables
 from ctxbench.reporting.stats import StatsSettings, bootstrap_ci, compare_methods
 from ctxbench.results import JobFiles
 
@@ -89,7 +92,7 @@ def compare(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], vi
 
 def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorers: Mapping[str, Scorer],
                     views: list[str]) -> list[Path]:
-    """``<output_dir>/<mode>/<method>.csv`` in the reference's layout, for every mode a method was scored with."""
+    """``<output_dir>/<mode>/<method>.csv`` in FlashTrace's layout, for every mode a method was scored with."""
     written = []
     for method, s in summary.items():
         for name, scorer in scorers.items():
@@ -102,30 +105,9 @@ def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorer
     return written
 
 
-def _cell(mean: Optional[float], std: Optional[float] = None) -> str:
-    if mean is None:
-        return "–"
-    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
-
-
-def stat_cell(figures: Mapping[str, Any]) -> str:
-    """``mean [low, high]`` when the figures carry a bootstrap interval, else ``mean ± std``."""
-    if figures.get("ci_low") is None or figures.get("mean") is None:
-        return _cell(figures.get("mean"), figures.get("std"))
-    return f"{figures['mean']:.3f} [{figures['ci_low']:.3f}, {figures['ci_high']:.3f}]"
-
-
-def comparison_cell(c: Mapping[str, Any]) -> str:
-    """``A − B [low, high], p=…``, in bold with the better method named when the difference is significant."""
-    if c["diff"] is None:
-        return "–"
-    text = f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], p={c['p_value']:.2g}"
-    return f"**{text}** ({c[c['better']]} better)" if c["significant"] else text
-
-
 def markdown_comparisons(comparisons: list[dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
                          views: list[str], level: float) -> list[str]:
-    """One table per scorer: rows = method pair x view, columns = metrics, cells = ``comparison_cell``."""
+    """One table per scorer: rows = method pair x view, columns = metrics (``results_table.comparison_tables``)."""
     if not comparisons:
         return []
     lines = ["## Paired comparisons", "",
@@ -133,64 +115,22 @@ def markdown_comparisons(comparisons: list[dict[str, Any]], descriptions: Mappin
              f"(pairs resampled) and the Wilcoxon signed-rank p-value; bold: the interval excludes 0 and "
              f"p < {1 - level:.2g}. (docs/metrics.md#statistics)",
              ""]
-    for name, desc in descriptions.items():
-        rows = [c for c in comparisons if c["mode"] == name]
-        if not rows:
-            continue
-        metrics = desc["metrics"]
-        mixed = len({m["higher_is_better"] for m in metrics}) > 1
-        lines += [f"### {desc['title']} ({direction(metrics)})", "",
-                  "| A | B | view | n | " + " | ".join(metric_header(m, mixed) for m in metrics) + " |",
-                  "|---" * (len(metrics) + 4) + "|"]
-        pairs = list(dict.fromkeys((c["a"], c["b"]) for c in rows))
-        for a, b in pairs:
-            for v in views:
-                cells = {c["metric"]: c for c in rows if (c["a"], c["b"], c["view"]) == (a, b, v)}
-                if not cells:
-                    continue
-                n = max(c["n"] for c in cells.values())
-                lines.append(f"| {a} | {b} | {VIEW_LABELS[v]} | {n} | " + " | ".join(
-                    comparison_cell(cells[m["key"]]) if m["key"] in cells else "–" for m in metrics) + " |")
-        lines.append("")
+    for t in comparison_tables(comparisons, descriptions, views):
+        lines += [f"### {t.title}", "", *markdown(t), ""]
     return lines
-
-
-def direction(metrics: list[dict[str, Any]]) -> str:
-    """"lower is better", "higher is better", or per column arrows when the metrics disagree."""
-    ups = {m["higher_is_better"] for m in metrics}
-    if len(ups) == 1:
-        return "higher is better" if ups.pop() else "lower is better"
-    return "↑ higher, ↓ lower is better"
-
-
-def metric_header(metric: dict[str, Any], mixed: bool) -> str:
-    return metric["label"] + ((" ↑" if metric["higher_is_better"] else " ↓") if mixed else "")
 
 
 def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
                      views: list[str], title: str, comparisons: list[dict[str, Any]] = (),
                      level: float = 0.95) -> str:
-    """One table per scorer (``descriptions``: ``Scorer.describe()`` by name): rows = methods, columns = view x
-    metric (``stat_cell``: mean [bootstrap interval], or mean ± std without one), then how many examples were scored
-    and the seconds per attribution; then the paired comparisons, if any."""
+    """One table per scorer (``descriptions``: ``Scorer.describe()`` by name; ``results_table.summary_tables``, the
+    tables of the job's report.html too): rows = methods, columns = view x metric (mean [bootstrap interval], or
+    mean ± std without one), then the examples scored of those the method ran on and the seconds per example; then
+    the paired comparisons, if any."""
+    rows = rows_from_summary({"methods": summary, "views": views, "scorers": descriptions})
     lines = [f"# {title}", ""]
-    for name, desc in descriptions.items():
-        methods = [m for m in summary if name in summary[m]]
-        if not methods:
-            continue
-        metrics = desc["metrics"]
-        mixed = len({m["higher_is_better"] for m in metrics}) > 1
-        header = [f"{VIEW_LABELS[v]} {metric_header(m, mixed)}" for v in views for m in metrics]
-        lines += [f"## {desc['title']} ({direction(metrics)})", "",
-                  "| method | " + " | ".join(header) + " | scored | attribution s/example | total s/example |",
-                  "|---" * (len(header) + 4) + "|"]
-        for method in methods:
-            s, agg = summary[method], summary[method][name]
-            cells = [stat_cell(agg[v][m["key"]]) for v in views for m in metrics]
-            scored = agg[views[0]][metrics[0]["key"]]["n"] if views else 0
-            lines.append(f"| {method} | " + " | ".join(cells) + f" | {scored}/{s['examples']} | "
-                         f"{s['avg_attribution_s']:.2f} | {s.get('avg_total_s', s['avg_attribution_s']):.2f} |")
-        lines.append("")
+    for t in summary_tables(rows, descriptions, views):
+        lines += [f"## {t.title}", "", *markdown(t), ""]
     return "\n".join(lines + markdown_comparisons(list(comparisons), descriptions, views, level))
 
 
