@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-# Shared helpers live in tests/helpers/ (a test imports them from there, not from this file); ROOT, CACHE_DIR and
-# without_timings stay importable from here for the modules not yet moved over.
+# Shared helpers live in tests/helpers/ (a test imports them from there, not from this file).
 from helpers.paths import CACHE_DIR, ROOT
-from helpers.records import without_timings  # noqa: F401
 
 # pytest-xdist workers (addopts: one per core, at most 4) share the cores: each worker's torch, and the stages its
 # tests start as subprocesses (they inherit the environment), take an equal share instead of every core each
@@ -81,3 +79,14 @@ def morehopqa_path() -> Path:
     path = morehopqa_sample()
     assert path.is_file(), f"the packaged MoreHopQA sample is missing: {path}"
     return path
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A local chat-completions server (helpers.chat_server), the key in ``KEY_ENV``."""
+    from helpers.chat_server import KEY, KEY_ENV, ChatServer
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    s = ChatServer()
+    yield s
+    s.close()

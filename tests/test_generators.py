@@ -3,15 +3,11 @@ timeouts, bad JSON, the response cache, the concurrency limit), replay on a hand
 batching (left padding, EOS stop, failures isolated) and, slow, on SmolLM2."""
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.generators import GenerationRequest, Generator
 from ctxbench.generators.hf import HFGenerator, render_chat
@@ -22,137 +18,9 @@ from ctxbench.parts import build
 from ctxbench.boxed import split_boxed_generation
 from ctxbench.tokens import eos_ids
 
-from conftest import ROOT
-
-KEY_ENV = "CTXBENCH_TEST_API_KEY"
-KEY = "sk-test-secret"
-
-
-class ChatServer:
-    """A chat-completions server on 127.0.0.1. What it does is chosen by the last user message:
-    ``echo:<text>`` replies <text>; ``<code>x<n>:<text>`` answers HTTP <code> to the first n requests with that content,
-    then <text>; ``always<code>`` always answers <code>; ``badjson`` / ``badjson1`` a body that is not JSON (always /
-    once); ``slow<s>:<text>`` sleeps s seconds first (every time) and ``slowonce<s>:<text>`` only the first time;
-    ``after<s>:<text>`` answers the first request 429 with ``Retry-After: <s>``, then <text>; ``think`` a reply with
-    separate reasoning_content. A judge request (the judge system prompt) gets "True" when the
-    boxed answer contains the reference, else "False". A wrong or missing key gets 401."""
-
-    def __init__(self):
-        self.hits: dict[str, int] = {}
-        self.bodies: list[dict] = []
-        self.auth: list = []  # the Authorization header of each request (None: not sent)
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                self.counted = True
-                try:
-                    server.handle(self, body)
-                finally:
-                    server.done(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def done(self, h):
-        """The request stops counting as in flight, before its response goes out: a client that has read a response
-        may send its next request before this thread runs again, and that is not two requests at once."""
-        with self.lock:
-            if getattr(h, "counted", False):
-                self.in_flight -= 1
-                h.counted = False
-
-    def send(self, h, code, obj=None, raw=None, headers=None):
-        self.done(h)
-        data = raw if raw is not None else json.dumps(obj).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        try:
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    @staticmethod
-    def reply(text, reasoning=None, finish="stop"):
-        msg = {"role": "assistant", "content": text}
-        if reasoning is not None:
-            msg["reasoning_content"] = reasoning
-        return {"id": "x", "object": "chat.completion", "model": "m",
-                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
-
-    def handle(self, h, body):
-        if h.path != "/v1/chat/completions":
-            return self.send(h, 404, {"error": {"message": f"no route {h.path}"}})
-        with self.lock:
-            self.auth.append(h.headers.get("Authorization"))
-        if h.headers.get("Authorization") != f"Bearer {KEY}":
-            return self.send(h, 401, {"error": {"message": "bad key"}})
-        msgs = body["messages"]
-        content = msgs[-1]["content"]
-        with self.lock:
-            self.bodies.append(body)
-            n = self.hits[content] = self.hits.get(content, 0) + 1
-        if msgs[0]["role"] == "system" and msgs[0]["content"].startswith("You verify whether"):
-            ref = content.split("Reference answer: ")[1].split("\n")[0]
-            boxed = content.split("\\box{}): ")[1].split("\n")[0]
-            return self.send(h, 200, self.reply("True" if ref.lower() in boxed.lower() else "False"))
-        if content.startswith("echo:"):
-            return self.send(h, 200, self.reply(content[5:]))
-        if content.startswith("always"):
-            return self.send(h, int(content[6:9]), {"error": {"message": "server says no"}})
-        if content == "badjson" or (content == "badjson1" and n == 1):
-            return self.send(h, 200, raw=b"{not json")
-        if content == "badjson1":
-            return self.send(h, 200, self.reply("fine now"))
-        if content == "think":
-            return self.send(h, 200, self.reply("\\box{4}", reasoning="2 + 2 is 4."))
-        if content.startswith("after"):
-            wait, text = content[5:].split(":", 1)
-            if n == 1:
-                return self.send(h, 429, {"error": {"message": "slow down"}}, headers={"Retry-After": wait})
-            return self.send(h, 200, self.reply(text))
-        if content.startswith("slow"):
-            once = content.startswith("slowonce")
-            spec, text = content[8 if once else 4:].split(":", 1)
-            if not once or n == 1:
-                time.sleep(float(spec))
-            return self.send(h, 200, self.reply(text))
-        code_n, text = content.split(":", 1)
-        code, times = code_n.split("x")
-        if n <= int(times):
-            return self.send(h, int(code), {"error": {"message": f"try again ({n})"}}, headers={"Retry-After": "0"})
-        return self.send(h, 200, self.reply(text))
-
-
-@pytest.fixture
-def server(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
-    s = ChatServer()
-    yield s
-    s.close()
-
+from helpers.chat_server import KEY, KEY_ENV
+from helpers.configs import compose_stage
+from helpers.records import write_jsonl
 
 def client(server, **kw):
     args = dict(api_key_env=KEY_ENV, timeout_s=5.0, max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
@@ -266,9 +134,7 @@ def test_reasoning_content_goes_before_the_answer(server):
 
 
 def _compose(overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="sample", overrides=["paths.root=/tmp/ctxbench-root"] + overrides)
+    return compose_stage("sample", "paths.root=/tmp/ctxbench-root", *overrides)
 
 
 def test_openai_generator_from_its_yaml(server, tmp_path):
@@ -291,14 +157,8 @@ def test_openai_generator_from_its_yaml(server, tmp_path):
 
 # --- replay ---------------------------------------------------------------------------------------------------------
 
-def write_lines(path, lines):
-    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_replay_matches_by_id_then_prompt(tmp_path):
-    f = write_lines(tmp_path / "r.jsonl", [
+    f = write_jsonl(tmp_path / "r.jsonl", [
         {"id": "q1", "response": "think \\box{A}", "finish_reason": "stop", "extra": 1},
         {"id": 7, "response": "seven"},
         {"prompt": "What is two plus two?", "response": "2+2 \\box{4}"},
@@ -327,13 +187,13 @@ def test_replay_matches_by_id_then_prompt(tmp_path):
     (['{"id": "a", "response": "x"}', "{oops"], r"r.jsonl:2: not a JSON object"),
 ])
 def test_replay_bad_files(tmp_path, lines, match):
-    f = write_lines(tmp_path / "r.jsonl", lines)
+    f = write_jsonl(tmp_path / "r.jsonl", lines)
     with pytest.raises(DataError, match=match):
         ReplayGenerator(path=str(f))
 
 
 def test_replay_from_its_yaml(tmp_path):
-    f = write_lines(tmp_path / "r.jsonl", [{"id": "1", "response": "r"}])
+    f = write_jsonl(tmp_path / "r.jsonl", [{"id": "1", "response": "r"}])
     gen = build(_compose(["generator=replay", f"generator.path={f}"]).generator, "generator", Generator)
     assert gen.generate([GenerationRequest("1")])[0].text == "r"
     with pytest.raises(ConfigError, match="generator: path=None: generator=replay needs"):

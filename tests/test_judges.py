@@ -11,7 +11,7 @@ from ctxbench.sampling import (JUDGE_SYSTEM_PROMPT, Judge, JudgeItem, ModelJudge
                                judge_messages, normalize_answer, parse_judge_response)
 
 from helpers.configs import compose_stage
-from test_generators import KEY_ENV, server  # noqa: F401  (the local chat-completions server fixture)
+from helpers.chat_server import KEY_ENV
 
 
 def _compose(overrides):

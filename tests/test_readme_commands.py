@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from conftest import CACHE_DIR, ROOT
+from helpers.paths import CACHE_DIR, ROOT
 
 README = ROOT / "README.md"
 PROGRAMS = (".venv/bin/python", "python", "python3", "bash")

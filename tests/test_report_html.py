@@ -339,7 +339,7 @@ def test_run_and_report_commands_write_the_page(tmp_path):
     needles as gold tokens and the multi-hop method's hops; the report command writes one for the job it aggregates."""
     from hydra import compose, initialize_config_dir
 
-    from conftest import CACHE_DIR, ROOT
+    from helpers.paths import CACHE_DIR, ROOT
     from ctxbench.conf import register_configs
     from ctxbench.stages.report import report_stage
     from ctxbench.stages.run import run_stage

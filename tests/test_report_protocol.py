@@ -8,9 +8,11 @@ import pytest
 
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import RESULTS, find_jobs, table1, write_table1
+from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
 from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
 from ctxbench.reporting.tables import summarize
+
+from helpers.records import write_job_folder
 
 SCORERS = {"faithfulness": FaithfulnessScorer(common_sets=["all", "nonstop"]), "recovery": RecoveryScorer()}
 
@@ -32,20 +34,14 @@ def record(eid, method, own, all_, nonstop, recall=0.5, skipped=False):
 
 
 def write_job(root, name, records, attribution, overrides=(), modes=("faithfulness", "recovery"), source=None):
-    d = root / name
-    (d / ".hydra").mkdir(parents=True)
     scorers = {n: SCORERS[n] for n in modes}
     config = {"dataset": {"name": "niah_mq_q2"}, "model": {"name": "smollm2-135m"}, "attribution": attribution,
               "views": ["row"], "mode": {n: {"_target_": f"{type(s).__module__}.{type(s).__name__}",
                                              **({"common_sets": ["all", "nonstop"]} if n == "faithfulness" else {})}
                                          for n, s in scorers.items()}}
-    (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config, "dataset": source or {}}))
-    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (d / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    (d / "summary.json").write_text(json.dumps({
-        "methods": summarize(records, scorers, ["row"]), "views": ["row"],
-        "scorers": {n: s.describe() for n, s in scorers.items()}}))
-    return d
+    summary = {"methods": summarize(records, scorers, ["row"]), "views": ["row"],
+               "scorers": {n: s.describe() for n, s in scorers.items()}}
+    return write_job_folder(root / name, config, overrides, records=records, summary=summary, dataset=source or {})
 
 
 # FlashTrace best under its own (mixed) set, last under "all"; IFR and attention swap under "nonstop"

@@ -11,7 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import ROOT
+from helpers.paths import ROOT
+from helpers.records import write_job_folder
 from ctxbench.attribution import Attributor
 from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError, DataError
@@ -92,15 +93,11 @@ def test_bad_stats_settings_name_the_key():
 def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, methods=tuple(RISE), overrides=(),
               **write_kw) -> Path:
     job = tmp_path / name
-    (job / ".hydra").mkdir(parents=True)
-    (job / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     config = {"dataset": {"name": name.split("_", 1)[1]}, "model": {"name": "m"}, "views": views, "seed": 3,
               "mode": {"faithfulness": {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer"},
                        "recovery": {"_target_": "ctxbench.metrics.recovery.RecoveryScorer", "fraction": 0.1}},
               "attribution": {m: {} for m in methods}, "stats": asdict(STATS), "paths": {"root": str(job)}}
-    (job / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
-    (job / ".hydra" / "overrides.yaml").write_text(
-        "".join(f"- {o}\n" for o in (f"dataset={config['dataset']['name']}", *overrides)))
+    write_job_folder(job, config, (f"dataset={config['dataset']['name']}", *overrides), records=recs)
     write_job_summary(job, list(methods), SCORERS, views, title="t", stats=STATS, **write_kw)
     return job
 

@@ -14,6 +14,8 @@ from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.tables import example_seconds, markdown_summary, summarize, write_mode_csvs
 
+from helpers.records import write_job_folder
+
 VIEWS = ["seq", "row", "rec"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
 DESCRIPTIONS = {name: sc.describe() for name, sc in SCORERS.items()}
@@ -88,17 +90,14 @@ def test_plots_and_heatmap(tmp_path):
 
 def make_job(root, name, dataset, overrides, summary_methods, modes=tuple(SCORERS), **config_over):
     d = root / name
-    (d / ".hydra").mkdir(parents=True)
     config = {"dataset": {"name": dataset, "length": 1024}, "model": {"name": "smollm2-135m"},
               "attribution": {m: {"method": m} for m in summary_methods}, "prompt_format": "table1",
               "max_examples": 8, "paths": {"root": str(d)}}
     config.update(config_over)
-    (d / "manifest.json").write_text(json.dumps({"stage": "run_exp", "config": config}))
-    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (d / "summary.json").write_text(json.dumps({"methods": summarize(
-        [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"],
-        {n: SCORERS[n] for n in modes}, VIEWS), "scorers": {n: DESCRIPTIONS[n] for n in modes}}))
-    return d
+    recs = [dict(r, method=m) for m in summary_methods for r in RECORDS if r["method"] == "ifr"]
+    summary = {"methods": summarize(recs, {n: SCORERS[n] for n in modes}, VIEWS),
+               "scorers": {n: DESCRIPTIONS[n] for n in modes}}
+    return write_job_folder(d, config, overrides, summary=summary)
 
 
 def test_table1_from_a_multirun(tmp_path):
@@ -218,7 +217,7 @@ def test_report_cli_writes_table1(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers.paths import ROOT
 
     root = tmp_path / "multirun"
     make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop_both"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 # One RULER-format row with its evidence span: the smallest task file a stage accepts.
 RULER_LINE = {"index": 0, "input": "Noise. One of the special magic numbers for k is: 1234567.\nWhat is it?",
@@ -40,3 +40,18 @@ def without_timings(obj):
     if isinstance(obj, list):
         return [without_timings(v) for v in obj]
     return obj
+
+
+def write_job_folder(job: Path, config: dict, overrides: Iterable[str] = (), records: Optional[Iterable[dict]] = None,
+                     summary: Optional[dict] = None, dataset: Optional[dict] = None) -> Path:
+    """A run_exp job folder as the reports read it: ``manifest.json`` (``config``, and the loaded ``dataset`` when
+    given), ``.hydra/overrides.yaml``, and ``results.jsonl`` / ``summary.json`` when given."""
+    (job / ".hydra").mkdir(parents=True)
+    manifest = {"stage": "run_exp", "config": config, **({"dataset": dataset} if dataset is not None else {})}
+    (job / "manifest.json").write_text(json.dumps(manifest))
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if records is not None:
+        (job / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if summary is not None:
+        (job / "summary.json").write_text(json.dumps(summary))
+    return job
