@@ -444,18 +444,46 @@ def tiny_lm(smol_tokenizer):
     return model, smol_tokenizer
 
 
+def _nll_of_tokens(model, ids, first):
+    """Mean -log p of ids[first:], each given the tokens before it, by a plain full forward."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+    return -np.mean([logp[p - 1, ids[p]].item() for p in range(first, len(ids))])
+
+
 def test_label_nll_is_the_mean_label_cross_entropy(tiny_lm):
     model, tok = tiny_lm
     prefix, labels = "Question: what is two plus two?\nAnswer:", [" four", " five apples", " 4"]
     got = label_nll(model, tok, prefix, labels, add_special_tokens=False, batch_size=2)
     for lab, g in zip(labels, got):
+        # these labels start with a space, so the prefix's tokens end where the label's begin
         pre = tok(prefix, add_special_tokens=False)["input_ids"]
         ids = pre + tok(lab, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
-        nll = -np.mean([logp[p - 1, ids[p]].item() for p in range(len(pre), len(ids))])
-        assert g == pytest.approx(nll, rel=1e-4, abs=1e-5)
+        assert ids == tok(prefix + lab, add_special_tokens=False)["input_ids"]
+        assert g == pytest.approx(_nll_of_tokens(model, ids, len(pre)), rel=1e-4, abs=1e-5)
     assert label_entropy(np.array([1.0, 1.0])) == pytest.approx(math.log(2))
+
+
+def test_label_nll_scores_the_label_as_the_rendered_text_tokenises_it(tiny_lm):
+    """After ``Answer type: `` the text has ``[':', ' number']``; the label tokenised on its own would be scored as
+    ``'number'`` after a lone ``' '`` token, which is not the text the model sees."""
+    model, tok = tiny_lm
+    prefix, labels = "Question: how many legs has a cat?\nAnswer type: ", ["number", "word", ""]
+    whole = tok(prefix + "number", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(whole[-2:]) == [":", "Ġnumber"]
+    apart = tok(prefix, add_special_tokens=False)["input_ids"] + tok("number", add_special_tokens=False)["input_ids"]
+    assert apart != whole  # the case this test exists for
+    got = label_nll(model, tok, prefix, labels, add_special_tokens=False, batch_size=8)
+    assert got[0] == pytest.approx(_nll_of_tokens(model, whole, len(whole) - 1), rel=1e-4, abs=1e-5)
+    assert abs(got[0] - _nll_of_tokens(model, apart, len(apart) - 1)) > 1e-5  # a near-uniform random model
+    w = tok(prefix + "word", add_special_tokens=False)["input_ids"]
+    assert got[1] == pytest.approx(_nll_of_tokens(model, w, len(whole) - 1), rel=1e-4, abs=1e-5)
+    assert got[2] == 0.0  # an empty label
+    # batch size and special tokens: the same scores one at a time; BOS stays in the prefix
+    one = [label_nll(model, tok, prefix, [lb], add_special_tokens=False)[0] for lb in labels]
+    assert got == pytest.approx(one, rel=1e-5, abs=1e-6)
+    with pytest.raises(ValueError, match="no tokens before the label"):
+        label_nll(model, tok, "", ["number", "word"], add_special_tokens=False)
 
 
 def test_mdl_keeps_the_set_with_the_lowest_label_entropy(tiny_lm):

@@ -11,7 +11,7 @@ from ctxbench.models.embedder import Embedder
 from ctxbench.retrievers.base import row_text, top_k
 from ctxbench.retrievers.dense import DenseRetriever
 from ctxbench.retrievers.dpp import DPPRetriever
-from ctxbench.retrievers.mdl import MDLRetriever
+from ctxbench.retrievers.mdl import MDLRetriever, label_nll
 from ctxbench.retrievers.pool import load_pool
 from ctxbench.retrievers.votek import VotekRetriever
 
@@ -107,6 +107,25 @@ def test_mdl_with_smollm2(embedder, smollm2):
                                  "the city where Ana Vell was born?"}]
     h = r.retrieve(q)[0]
     assert len(h.indices) == 1 and np.isfinite(r.last_entropy["t0"])
+
+
+def test_mdl_label_nll_on_smollm2_scores_the_label_in_its_text(smollm2):
+    """On the real model: after ``Answer type: `` the label is scored as the text tokenises it (``' number'``), which
+    SmolLM2 finds far likelier than ``'number'`` after a lone space token (the old tokenisation)."""
+    import torch
+
+    model, tok = smollm2.model, smollm2.tokenizer
+    prefix = "Question: How many legs does a cat have?\nAnswer type: "
+    got = label_nll(model, tok, prefix, ["number", "person"], add_special_tokens=False)
+    for label, g in zip(["number", "person"], got):
+        ids = tok(prefix + label, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        assert g == pytest.approx(-logp[len(ids) - 2, ids[-1]].item(), rel=1e-4)  # one token: ' number' / ' person'
+    apart = tok(prefix, add_special_tokens=False)["input_ids"] + tok("number", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([apart])).logits[0].float(), -1)
+    assert -logp[len(apart) - 2, apart[-1]].item() > got[0] + 1.0
 
 
 def test_grouped_retrieval_ranks_like_fit_and_retrieve(embedder, corpus, queries, smollm2):

@@ -6,9 +6,10 @@ For each query: the top ``candidate_num`` pool rows by embedding similarity (the
 candidate sets of ``k`` rows: the first is the top ``k``, the others are drawn from the candidates without replacement
 by the row's own generator seeded by ``(seed, row id)``. Each set is rendered with ``template`` into what the model is
 sent (``ICLTemplate.for_model``: the chat template's text for chat models), each label is appended, and the model's
-mean cross-entropy of the label tokens given that prefix is turned into a distribution over the labels
-(``p ∝ exp(-CE)``). The set with the lowest entropy of that distribution wins (ties: the earlier set). Its rows are
-returned in their set order (scores ``k - rank``); ``last_entropy`` maps each query id to the winning set's entropy.
+mean cross-entropy of the label's tokens, as the whole text tokenises (``label_nll``), given what precedes them is
+turned into a distribution over the labels (``p ∝ exp(-CE)``). The set with the lowest entropy of that distribution
+wins (ties: the earlier set). Its rows are returned in their set order (scores ``k - rank``); ``last_entropy`` maps
+each query id to the winning set's entropy.
 
 ``labels``: the label strings; None = the distinct non-empty values of ``label_field`` in the pool (OpenCompass uses
 the test set's output column), at least two. The model: handed over by the stage with ``use_lm`` (the model it already
@@ -32,40 +33,50 @@ from ctxbench.retrievers.dense import DenseRetriever
 
 def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_tokens: bool,
               batch_size: int = 8) -> np.ndarray:
-    """Mean negative log-likelihood per token of each label right after ``prefix`` (label tokens only)."""
+    """Mean negative log-likelihood per token of each label as it appears in the rendered text ``prefix + label``.
+
+    The whole text is tokenised at once and the label's tokens are those that cover any of its characters, so a
+    label after ``Answer type: `` is scored as the text has it (``' number'``), not as tokenised on its own
+    (``'number'`` after a lone ``' '``); a token that straddles the boundary counts as the label's. An empty label
+    scores 0.
+    """
     import torch
 
-    pre = tokenizer(prefix, add_special_tokens=add_special_tokens)["input_ids"]
-    lab = [tokenizer(lb, add_special_tokens=False)["input_ids"] for lb in labels]
-    if not pre:
-        raise ValueError("mdl: the rendered prompt produced no tokens")
+    seqs, starts = [], []
+    for lb in labels:
+        enc = tokenizer(prefix + lb, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        # special tokens have empty (0, 0) offsets and stay in the prefix
+        start = next((i for i, (a, z) in enumerate(offsets) if z > len(prefix) and z > a), len(ids))
+        if start == 0:
+            raise ValueError("mdl: the rendered prompt produced no tokens before the label")
+        seqs.append(ids)
+        starts.append(start)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
     out = np.zeros(len(labels), dtype=np.float64)
     with torch.inference_mode():
         for s in range(0, len(labels), batch_size):
-            chunk = lab[s:s + batch_size]
-            width = len(pre) + max(len(x) for x in chunk)
+            chunk, first = seqs[s:s + batch_size], starts[s:s + batch_size]
+            width = max(len(x) for x in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
             for r, x in enumerate(chunk):
-                seq = pre + x
-                ids[r, :len(seq)] = torch.tensor(seq)
-                mask[r, :len(seq)] = 1
-            # every label starts right after the shared prefix: only the logits from the prefix's last position on
-            keep = width - len(pre) + 1
+                ids[r, :len(x)] = torch.tensor(x)
+                mask[r, :len(x)] = 1
+            # only the logits that predict a label token: from the earliest label start's previous position on
+            keep = width - min(first) + 1
             try:
                 logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep).logits
             except TypeError:  # a model without logits_to_keep
                 logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, -keep:]
-            logp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts token len(pre) + j
-            for r, x in enumerate(chunk):
-                if not x:
-                    out[s + r] = 0.0
+            logp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts token width - keep + 1 + j
+            for r, (x, st) in enumerate(zip(chunk, first)):
+                if st == len(x):
                     continue
-                pos = torch.arange(len(x), device=logp.device)
-                tok = torch.tensor(x, device=logp.device)
-                out[s + r] = float(-logp[r, pos, tok].mean())
+                pos = torch.arange(st, len(x), device=logp.device)
+                tok = torch.tensor(x[st:], device=logp.device)
+                out[s + r] = float(-logp[r, pos - (width - keep + 1), tok].mean())
     return out
 
 
