@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from ctxbench.example import CachedExample
 from ctxbench.models.embedder import Embedder
 from ctxbench.retrievers.base import Retrieved, row_text, top_k
 from ctxbench.retrievers.bm25 import BM25Retriever, bm25_tokenize
@@ -26,6 +28,7 @@ from ctxbench.retrievers.sliding_window import SlidingWindowRetriever
 from ctxbench.retrievers.votek import VotekRetriever, votek_select
 from ctxbench.retrievers.zero import ZeroRetriever
 
+from helpers.paths import ROOT
 from helpers.retrieval import pool_queries, wiki_corpus, wiki_queries
 from helpers.tiny_models import random_llama
 
@@ -247,8 +250,32 @@ def test_example_rows_carry_the_dataset_position(morehopqa_path):
     rows = example_rows(examples)
     assert [r["index"] for r in rows] == list(range(6))
     assert rows[2]["id"] == examples[2].example_id and rows[2]["prompt"] == examples[2].prompt
-    assert set(rows[0]) == {"id", "prompt", "index"}  # no gold answer copied into a query row
+    assert set(rows[0]) == {"id", "prompt", "context", "question", "index"}  # no gold answer copied into a query row
     assert [r["index"] for r in example_rows(examples[3:], start=3)] == [3, 4, 5]
+
+
+def test_query_rows_split_the_question_where_the_data_marks_it(morehopqa_path):
+    """MoreHopQA marks its question (the prompt's last line): the query row reads it first under the configs' default
+    fields; a row without the mark (RULER) reads its whole prompt as context."""
+    import json
+
+    from ctxbench.datasets.morehopqa import load_morehopqa
+
+    raw = json.loads(morehopqa_path.read_text(encoding="utf-8"))
+    examples = load_morehopqa(morehopqa_path)
+    rows = example_rows(examples)
+    for r, src, ex in zip(rows, raw, examples):
+        assert r["question"] == src["question"].strip()
+        assert ex.prompt == r["context"] + "\n" + src["question"]  # the context line, then the question line
+    fields = OmegaConf.load(ROOT / "conf" / "retriever" / "dense.yaml")["fields"]
+    assert list(fields) == ["question", "context"]
+    assert row_text(rows[0], fields).startswith(raw[0]["question"].strip() + " ")
+    plain = example_rows([CachedExample(prompt="An essay.\nWhat is the magic number?", metadata={"id": "r/0"})])[0]
+    assert "question" not in plain and plain["context"] == plain["prompt"]
+    # the pool of worked examples has both fields; a pool with neither is refused by name
+    assert all(p["question"] and p["context"] for p in load_pool())
+    with pytest.raises(ValueError, match=r"fields=\['question', 'context'\]: no pool row has text"):
+        BM25Retriever(ice_num=1, fields=["question", "context"]).fit([{"id": "a", "prompt": "x y"}])
 
 
 # --- BM25 ------------------------------------------------------------------------------------------------------

@@ -109,6 +109,28 @@ def test_mdl_with_smollm2(embedder, smollm2):
     assert len(h.indices) == 1 and np.isfinite(r.last_entropy["t0"])
 
 
+def test_morehopqa_queries_read_their_question_first(embedder, morehopqa_path):
+    """Under fields [prompt] the 256-token encoder cuts many MoreHopQA prompts before their question, so rows sharing a
+    context get one embedding and the same examples; read question first, each row gets its own."""
+    from ctxbench.datasets.morehopqa import load_morehopqa
+    from ctxbench.retrievers.pool import example_rows
+
+    rows = example_rows(load_morehopqa(morehopqa_path))
+    old = embedder.encode_queries([row_text(r, ["prompt"]) for r in rows])
+    new = embedder.encode_queries([row_text(r, ["question", "context"]) for r in rows])
+    same_old = {i for i in range(len(rows)) for j in range(len(rows)) if i != j and np.allclose(old[i], old[j])}
+    assert len(same_old) >= 10  # 30 rows on the packaged sample (bench/bench_icl_fields.py)
+    assert not any(np.allclose(new[i], new[j]) for i in same_old for j in same_old if i != j)
+    # two rows that shared an embedding: the same examples before, their own examples now
+    a, b = next((a, b) for a in sorted(same_old) for b in sorted(same_old) if a < b and np.allclose(old[a], old[b]))
+    pool = load_pool()
+    before = [h.indices for h in DenseRetriever(ice_num=4, fields=["prompt"], embedder=embedder).fit(pool)
+              .retrieve([rows[a], rows[b]])]
+    after = [h.indices for h in DenseRetriever(ice_num=4, fields=["question", "context"], embedder=embedder)
+             .fit(pool).retrieve([rows[a], rows[b]])]
+    assert before[0] == before[1] and after[0] != after[1]
+
+
 def test_mdl_label_nll_on_smollm2_scores_the_label_in_its_text(smollm2):
     """On the real model: after ``Answer type: `` the label is scored as the text tokenises it (``' number'``), which
     SmolLM2 finds far likelier than ``'number'`` after a lone space token (the old tokenisation)."""

@@ -64,11 +64,16 @@ def load_morehopqa(path: str | Path) -> list[CachedExample]:
     out = []
     for i, row in enumerate(rows):
         _check_row(row, i, path)
+        prompt = morehopqa_prompt(row["context"], row["question"])
         out.append(CachedExample(
-            prompt=morehopqa_prompt(row["context"], row["question"]),
+            prompt=prompt,
             target=None,
+            # question_char_span: where the question sits in the prompt (its last line), for the parts that must tell
+            # the question from the context (the in-context retrievers' query rows, ContextCite's sources)
             metadata={"dataset": "morehopqa", "id": row["_id"], "answer": row["answer"],
-                      "original_context": row["context"], "reference_answer": row["answer"]},
+                      "original_context": row["context"], "reference_answer": row["answer"],
+                      "question": row["question"],
+                      "question_char_span": [len(prompt) - len(row["question"]), len(prompt)]},
         ))
     return out
 

@@ -31,9 +31,10 @@ def retriever_label(retriever) -> str:
 
 
 def _rows(split: RetrievalSplit) -> tuple[list[dict], list[dict]]:
-    # ``prompt`` carries the text any retriever option reads by default (fields: [prompt]).
-    corpus = [{**r, "prompt": document_text(r)} for r in split.corpus]
-    queries = [{**q, "prompt": q["text"]} for q in split.queries]
+    # The text under the names the retriever options read: a document is a context, a query a question (the
+    # options' default fields, [question, context], as for in-context examples), and both are a prompt.
+    corpus = [{**r, "context": document_text(r), "prompt": document_text(r)} for r in split.corpus]
+    queries = [{**q, "question": q["text"], "prompt": q["text"]} for q in split.queries]
     return corpus, queries
 
 

@@ -209,7 +209,12 @@ class TextRetriever(Retriever):
             self.query_fields = _field_list(self.query_fields, "query_fields")
 
     def pool_texts(self) -> list[str]:
-        return [row_text(r, self.fields) for r in self.pool]
+        texts = [row_text(r, self.fields) for r in self.pool]
+        if texts and not any(texts):
+            # a pool of another shape under the configs' default fields: say so rather than rank empty texts
+            raise ValueError(f"fields={self.fields}: no pool row has text in these fields (the first row has "
+                             f"{sorted(self.pool[0])}); set the retriever's fields")
+        return texts
 
     def query_texts(self, queries: Sequence[Row]) -> list[str]:
         return [row_text(q, self.query_fields or self.fields) for q in queries]

@@ -3,8 +3,9 @@
 ``load_pool(path)`` reads a JSONL pool (default: the shipped ``resources/icl_pool/box_pool.jsonl``, README there):
 every line an object with a unique string ``id``; the box format's lines (``context``, ``question``, ``reasoning``,
 ``answer``, ``answer_sentence``) gain ``prompt`` and ``response``. ``example_rows`` turns the dataset's
-``CachedExample`` rows into query rows: ``id`` (the example's stable id), ``prompt``, ``index`` (its position in the
-whole dataset, or ``metadata.index``). Nothing else is copied: a gold answer in the metadata never reaches a template.
+``CachedExample`` rows into query rows: ``id`` (the example's stable id), ``prompt``, ``context`` and ``question``
+(the prompt split where the data marks its question), ``index`` (its position in the whole dataset, or
+``metadata.index``). Nothing else is copied: a gold answer in the metadata never reaches a template.
 """
 
 from __future__ import annotations
@@ -62,13 +63,31 @@ def load_pool(path: Optional[str | Path] = None) -> list[dict[str, Any]]:
     return rows
 
 
+def question_split(prompt: str, metadata: dict[str, Any]) -> tuple[Optional[str], str]:
+    """``(question, context)`` of a prompt: the question where the data marks it (``metadata.question_char_span``,
+    ``[start, end)`` characters of the prompt, as MoreHopQA's rows have it) and the prompt without it, stripped; else
+    ``(None, prompt)``."""
+    span = metadata.get("question_char_span")
+    if not (isinstance(span, (list, tuple)) and len(span) == 2 and 0 <= span[0] <= span[1] <= len(prompt)):
+        return None, prompt
+    a, z = span
+    return prompt[a:z].strip(), (prompt[:a] + prompt[z:]).strip()
+
+
 def example_rows(examples: Sequence[Any], start: int = 0) -> list[dict[str, Any]]:
     """Query rows for CachedExample-like objects (``prompt``, ``metadata``, ``example_id``); call it on the whole
-    dataset before sharding so ``index`` is the position in the dataset (``start`` offsets it)."""
+    dataset before sharding so ``index`` is the position in the dataset (``start`` offsets it). Besides ``id``,
+    ``prompt`` and ``index``, each row has ``context`` (the prompt without its question) and, where the data marks the
+    question, ``question`` (``question_split``): the retrievers' default fields, ``[question, context]``, then read the
+    question first, as they do in the box pool's rows, instead of a prompt that a 256-token encoder cuts before it."""
     rows = []
     for i, ex in enumerate(examples):
         meta = getattr(ex, "metadata", {}) or {}
         pos = meta.get("index")
-        rows.append({"id": ex.example_id, "prompt": ex.prompt,
-                     "index": pos if isinstance(pos, int) and not isinstance(pos, bool) else start + i})
+        question, context = question_split(ex.prompt, meta)
+        row = {"id": ex.example_id, "prompt": ex.prompt, "context": context,
+               "index": pos if isinstance(pos, int) and not isinstance(pos, bool) else start + i}
+        if question is not None:
+            row["question"] = question
+        rows.append(row)
     return rows
