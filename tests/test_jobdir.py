@@ -179,13 +179,16 @@ def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tm
 
 
 def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp_path):
-    """The bar counts (example, method) steps and names the step under way; each example's real time is logged; the
-    job folder (and, for -m, the sweep folder) is said first and the files written last."""
+    """Output that is not a terminal gets the progress as log lines (every CTXBENCH_PROGRESS_EVERY_S seconds; 0 here:
+    every step): they count (example, method) steps and name the step under way; each example's real time is logged;
+    the job folder (and, for -m, the sweep folder) is said first and the files written last."""
     common = [f"paths.model_cache_dir={CACHE_DIR}", "attribution=[random,attention]", "mode=[recovery]",
               "views=[seq]", "length=512", "dataset.num_samples=2", "max_examples=2", "heatmaps=0", "html=false"]
-    out = run_script("run_exp.py", *common, "progress=true", cwd=tmp_path)
+    out = run_script("run_exp.py", *common, "progress=true", cwd=tmp_path, env={"CTXBENCH_PROGRESS_EVERY_S": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
-    bar, logged = out.stderr.replace("\r", "\n"), out.stdout  # tqdm on stderr, the log on stdout (Hydra's)
+    logged = out.stdout  # the log on stdout (Hydra's)
+    bar = "\n".join(line for line in logged.splitlines() if "[ctxbench.progress]" in line)
+    assert "\r" not in out.stderr and "run_exp niah_mq_q2" not in out.stderr  # no terminal bar in a pipe
     (job,) = (tmp_path / "outputs" / "run_exp" / "niah_mq_q2").iterdir()
     folder = f"outputs/run_exp/niah_mq_q2/{job.name}"
     assert f"- job folder: {folder}\n" in logged
@@ -197,7 +200,9 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
                                     f"summary.json, summary.md")
     md = (job / "summary.md").read_text()
     assert "| scored | attribution s/example | total s/example |" in md
-    out = run_script("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path)
+    out = run_script("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path,
+                     env={"CTXBENCH_PROGRESS_EVERY_S": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "[ctxbench.progress]" not in out.stdout  # progress=false: no progress lines
     (sweep,) = (tmp_path / "outputs" / "multirun" / "run_exp").iterdir()
     assert f"(sweep folder outputs/multirun/run_exp/{sweep.name})" in out.stdout

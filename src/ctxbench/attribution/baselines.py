@@ -116,7 +116,7 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
         ref = (x - x0) * wts[lo:hi].view(-1, 1, 1)
         total.add_(_grad_x_input(model, pts, ctx, ref, attn_impl))  # added only once the whole batch completed
 
-    run_in_batches(steps, batch, points, what="integrated gradients")  # halves on CUDA out-of-memory
+    run_in_batches(steps, batch, points, what="integrated gradients", unit="point")  # halves on CUDA out-of-memory
     return total
 
 

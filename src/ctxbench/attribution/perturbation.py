@@ -122,7 +122,7 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
             out[chunk] = val.double().cpu().numpy()
 
         # a long input on a small GPU: the batch halves on out-of-memory, as the deletion passes' do
-        run_in_batches(len(order), batch_size, score, what="ablation passes")
+        run_in_batches(len(order), batch_size, score, what="ablation passes", unit="seq")
     return reference, out
 
 

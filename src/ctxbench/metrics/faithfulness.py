@@ -208,7 +208,7 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
         out[lo:hi] = lp.double().sum(-1).cpu().numpy()
 
     # A long prompt on a small GPU: the batch halves on out-of-memory instead of failing the run.
-    batches = run_in_batches(n, batch_size, score, what="deletion passes")
+    batches = run_in_batches(n, batch_size, score, what="deletion passes", unit="seq")
     if stats is not None:
         stats.update(forward_passes=batches.passes, oom_retries=batches.retries)
     return out

@@ -303,7 +303,7 @@ class Embedder(Part):
             stats["forward_s"] += fwd
 
         with torch.inference_mode():
-            batches = run_in_batches(n, self.batch_size, encode_slice, what="embedder")
+            batches = run_in_batches(n, self.batch_size, encode_slice, what="embedder", unit="text")
         stats["total_s"] = time.perf_counter() - t0
         stats.update(batches=batches.passes, oom_retries=batches.retries, batch_size=batches.size)
         self.last_stats = stats

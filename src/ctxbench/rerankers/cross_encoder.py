@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
+from ctxbench import progress
 from ctxbench.models.embedder import PACKAGE_PREFIX, folder_fingerprint, resolve_model_path
 from ctxbench.part import neutral, param, refuse
 from ctxbench.rerankers.base import Pair, Reranker, check_format, check_pairs, instruct
@@ -152,11 +153,12 @@ class CrossEncoderReranker(Reranker):
         items = self.pair_inputs(pairs)
         order = np.argsort([-len(it["input_ids"]) for it in items], kind="stable")  # longest first: less padding
         out = np.empty(len(items), dtype=np.float64)
-        with torch.inference_mode():
+        with torch.inference_mode(), progress.bar(len(order), "rerank", "pair") as bar:
             for start in range(0, len(order), self.batch_size):
                 sel = order[start:start + self.batch_size]
                 inputs = self._tokenizer.pad([items[i] for i in sel], padding=True, return_tensors="pt")
                 out[sel] = self._model(**inputs.to(self._device)).logits.view(-1).float().cpu().numpy()
+                bar.update(len(sel))
         if self.normalize:
             out = 1.0 / (1.0 + np.exp(-out))
         return out

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ctxbench import progress
 from ctxbench.errors import ConfigError
 from ctxbench.files import safe_filename
 from ctxbench.part import neutral, param, refuse
@@ -56,9 +57,10 @@ def mean_query_logprobs(model, rows: Sequence[tuple[Sequence[int], Sequence[int]
     out = np.empty(len(rows), dtype=np.float64)
     order = np.argsort([-(len(c) + len(q)) for c, q in rows], kind="stable")
     device = next(model.parameters()).device
-    with torch.inference_mode():
+    with torch.inference_mode(), progress.bar(len(order), "rerank", "pair") as bar:
         for start in range(0, len(order), batch_size):
             sel = order[start:start + batch_size]
+            bar.update(len(sel))
             ctx = [list(rows[i][0]) for i in sel]
             qry = [list(rows[i][1]) for i in sel]
             lens = [len(c) + len(q) for c, q in zip(ctx, qry)]

@@ -4,10 +4,10 @@ with Faiss.
 The pool is embedded once at ``fit`` (through the embedder's corpus cache when it has a ``cache_dir``) and added to a
 Faiss inner-product index (``ctxbench.retrievers.ann``): ``index: flat`` (the default) is exact; ``ivf`` or ``hnsw``
 trade exactness for speed on large corpora; ``device`` puts it on a GPU when faiss has GPU support. With normalised
-embeddings (the default) the score is the cosine similarity. All queries are embedded and searched in one call (Faiss
-takes its BLAS path for large query blocks). Hits with equal scores are ordered by pool index. Embeddings depend
-slightly (about 1e-7) on which texts share a batch, so two hits whose scores differ by less than that can swap between
-runs with different batches.
+embeddings (the default) the score is the cosine similarity. All queries are embedded in one call and searched in
+blocks of ``SEARCH_BLOCK`` (large enough for Faiss's BLAS path, small enough for the progress to move). Hits with equal
+scores are ordered by pool index. Embeddings depend slightly (about 1e-7) on which texts share a batch, so two hits
+whose scores differ by less than that can swap between runs with different batches.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
+from ctxbench import progress
 from ctxbench.models.embedder import Embedder
 from ctxbench.part import param
 from ctxbench.retrievers.ann import IndexSettings, build_index
 from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, exclusions, row_text
 from ctxbench.shards import Shard
+
+SEARCH_BLOCK = 4096
 
 
 @dataclass(kw_only=True)
@@ -64,12 +67,20 @@ class DenseRetriever(TextRetriever):
         return np.ascontiguousarray(self.embedder.encode_queries(self.query_texts(queries)), dtype=np.float32)
 
     def search(self, q_emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """One Faiss search for all query embeddings: ``(scores, indices)``, each ``(n_queries, k)``; -1 marks a
-        missing hit (approximate indexes only)."""
+        """Faiss search for all query embeddings: ``(scores, indices)``, each ``(n_queries, k)``; -1 marks a missing
+        hit (approximate indexes only). Queries go in blocks of ``SEARCH_BLOCK``, so that the progress shows."""
         k = min(k, self.faiss.ntotal)
         if k == 0:
             return np.zeros((len(q_emb), 0), np.float32), np.zeros((len(q_emb), 0), np.int64)
-        return self.faiss.search(np.ascontiguousarray(q_emb, dtype=np.float32), k)
+        q_emb = np.ascontiguousarray(q_emb, dtype=np.float32)
+        scores, idx = [], []
+        with progress.bar(len(q_emb), "search", "query") as bar:
+            for s in range(0, len(q_emb), SEARCH_BLOCK):
+                sc, ix = self.faiss.search(q_emb[s:s + SEARCH_BLOCK], k)
+                scores.append(sc)
+                idx.append(ix)
+                bar.update(len(sc))
+        return np.concatenate(scores), np.concatenate(idx)
 
     def retrieve_grouped(self, groups: Sequence[tuple[Sequence[Row], Sequence[Row]]], k: int
                          ) -> list[list[Retrieved]]:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
+from ctxbench import progress
 from ctxbench.models.spec import ModelConfig
 from ctxbench.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
@@ -163,19 +164,20 @@ class MDLRetriever(DenseRetriever):
         ranked = self.ranked_hits(queries, q_emb, max(self.candidate_num, k), need=k)
         model, tok = (None, None) if k == 0 else self._lm()
         chat = tok is not None and bool(getattr(tok, "chat_template", None))
+        if k == 0:
+            return [Retrieved([], []) for _ in queries]
         out = []
-        for q, hits in zip(queries, ranked):
-            cands = [i for _, i in hits]
-            if k == 0:
-                out.append(Retrieved([], []))
-                continue
-            best, best_h = None, np.inf
-            for s in self.candidate_sets(q, cands, k):
-                prefix = self.template.for_model(q, [self.pool[i] for i in s], tok).text
-                h = label_entropy(label_nll(model, tok, prefix, self._labels, add_special_tokens=not chat,
-                                            batch_size=self.batch_size))
-                if h < best_h:
-                    best, best_h = s, h
-            self.last_entropy[row_id(q)] = best_h
-            out.append(Retrieved(list(best), rank_scores(len(best))))
+        with progress.bar(len(queries), "mdl", "query") as bar:
+            for q, hits in zip(queries, ranked):
+                cands = [i for _, i in hits]
+                best, best_h = None, np.inf
+                for s in self.candidate_sets(q, cands, k):
+                    prefix = self.template.for_model(q, [self.pool[i] for i in s], tok).text
+                    h = label_entropy(label_nll(model, tok, prefix, self._labels, add_special_tokens=not chat,
+                                                batch_size=self.batch_size))
+                    if h < best_h:
+                        best, best_h = s, h
+                self.last_entropy[row_id(q)] = best_h
+                out.append(Retrieved(list(best), rank_scores(len(best))))
+                bar.update(1)
         return out

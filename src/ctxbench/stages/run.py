@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
+from ctxbench import progress
 from ctxbench.attribution import Attributor, save_trace
 from ctxbench.conf import RunConfig, to_plain
 from ctxbench.errors import ConfigError, DataError, ExampleRefused
@@ -69,6 +69,7 @@ def open_results(path: Path, fingerprints: dict[str, str]) -> AppendOnlyJsonl:
 
 def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     check_stage_config(cfg, RunConfig)
+    progress.set_enabled(cfg.progress)
     # A mode that is a whole evaluation of its own (retrieval) runs alone; the others score attributions.
     modes = build_all(cfg.mode, "mode")
     own = [m for m in modes.values() if isinstance(m, RetrievalMode)]
@@ -137,8 +138,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
         # one step of the bar per (example, method); its label names the method and the step under way (an example
         # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
-        bar = tqdm(total=sum(map(len, todo.values())), desc=f"run_exp {source.name}", unit="method",
-                   disable=not cfg.progress)
+        bar = progress.bar(sum(map(len, todo.values())), f"run_exp {source.name}", "method", leave=True)
         per_example: list[float] = []
         for n, ex in enumerate((e for e in examples if e.example_id in todo), 1):
             t0 = time.perf_counter()

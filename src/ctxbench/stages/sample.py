@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
+from ctxbench import progress
 from ctxbench.conf import SampleConfig, to_plain
 from ctxbench.datasets.base import file_fingerprint
 from ctxbench.errors import ConfigError
@@ -57,14 +57,14 @@ def settings_record(cfg: DictConfig, source_sha: str, pool_path: Path, parts: di
 
 def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever: Retriever, pool: list[dict],
                 template: ICLTemplate, tokenizer, generator: Generator, judge: Judge, cache: SampleCache,
-                max_examples: Optional[int], chunk: int, progress: bool) -> None:
+                max_examples: Optional[int], chunk: int) -> None:
     """The loop over one slice of the dataset, chunk by chunk, until every row is processed or ``max_examples``
     examples are kept."""
     pending = [(ex, q) for ex, q in zip(rows, query_rows) if not cache.processed(ex.example_id)]
     if len(pending) < len(rows):
         log.info("resuming: %d of %d rows already processed, %d examples kept", len(rows) - len(pending), len(rows),
                  cache.kept)
-    bar = tqdm(total=len(pending), desc=f"sample {cache.path.stem}", disable=not progress)
+    bar = progress.bar(len(pending), f"sample {cache.path.stem}", "row", leave=True)
     for start in range(0, len(pending), chunk):
         if max_examples is not None and cache.kept >= max_examples:
             break
@@ -107,6 +107,7 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
 
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     check_stage_config(cfg, SampleConfig)
+    progress.set_enabled(cfg.progress)
     paths = stage_paths(cfg)
     # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
@@ -173,7 +174,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                              f"{store.kept} examples kept in {shown(path)}")
         sample_rows(shard.select(examples), shard.select(query_rows), retriever=retriever, pool=pool,
                     template=template, tokenizer=tokenizer, generator=generator, judge=judge, cache=store,
-                    max_examples=cfg.max_examples, chunk=cfg.chunk, progress=cfg.progress)
+                    max_examples=cfg.max_examples, chunk=cfg.chunk)
         store.finish()
     return _finish(output_dir, path)
 
