@@ -158,6 +158,11 @@ def test_a_check_says_why_in_one_style():
     assert Check(choices=("a", None)).problem("b") == "expected one of a, null"
     assert Check(choices=("a",)).problem(None) == "must be set"
     assert Check(ge=1, nullable=True).problem(None) is None
+    # null allowed where it is one of the choices, though not the default (bm25's stopwords)
+    from ctxbench.part import CHECK, param
+
+    assert param("en", choices=(None, "en")).metadata[CHECK].problem(None) is None
+    assert param("en", choices=("en", "fr")).metadata[CHECK].problem(None) == "must be set"
 
 
 def _checked_classes():

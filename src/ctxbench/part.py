@@ -84,8 +84,10 @@ def _field(default: Any, default_factory: Any, is_neutral: bool, check: Optional
 def _check(default: Any, ge, gt, le, lt, choices) -> Optional[Check]:
     if all(x is None for x in (ge, gt, le, lt, choices)):
         return None
-    return Check(ge=ge, gt=gt, le=le, lt=lt, choices=None if choices is None else tuple(choices),
-                 nullable=default is None)
+    choices = None if choices is None else tuple(choices)
+    # null is allowed where it is the default or one of the choices (bm25's stopwords: "en" or null)
+    return Check(ge=ge, gt=gt, le=le, lt=lt, choices=choices,
+                 nullable=default is None or (choices is not None and None in choices))
 
 
 def param(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
