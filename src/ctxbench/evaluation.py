@@ -82,6 +82,9 @@ def prepare_example(example: CachedExample, tokenizer, prompt_format: str) -> Pr
         raise ExampleRefused(f"example {example.example_id} has no target to explain: raw MoreHopQA rows need the "
                              f"sampling stage (sample_and_filter) first")
     mi = build_model_input(tokenizer, example.prompt, example.target, prompt_format)
+    question = example.metadata.get("question_char_span")
+    if question is not None:  # the question is no source of ContextCite's (the data marks it: MoreHopQA)
+        mi.query_tokens = gold_token_indices(mi.prompt_offsets, [question])
     sink, think, origin = example_spans(example, tokenizer)
     return PreparedExample(example, mi, sink, think, notes={"spans": origin})
 

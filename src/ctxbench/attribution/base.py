@@ -27,7 +27,7 @@ class AttributionResult:
     tokens zeroed), else None. ``rho``: the CoT-mass ratios rho_0..rho_K. ``prompt_stop_mask``: bool (P,), True for
     prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens). ``observation_mask``:
     (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``,
-    ``total``). ``info``: facts a method reports per example (e.g. ContextCite's ablation count and held-out R^2),
+    ``total``). ``info``: facts a method reports per example (e.g. ContextCite's ablation count and its R^2),
     JSON-ready; the run stage records them as ``attribution_info``.
     """
 
@@ -90,6 +90,7 @@ class InputContext:
     prompt_positions: torch.Tensor  # (P,) on the model's device
     gen_start: int
     rows: Optional[np.ndarray] = None  # generated-token rows the caller reads (None: all), ascending
+    query_tokens: Optional[np.ndarray] = None  # prompt-token indices of the question the data marks (ModelInput's)
 
     @classmethod
     def from_model_input(cls, model, mi) -> "InputContext":
@@ -101,7 +102,8 @@ class InputContext:
             raise ValueError(f"gen_start={gs} outside the input of {ids.numel()} tokens")
         if pp.numel() and (int(pp.max()) >= gs or int(pp.min()) < 0):
             raise ValueError("prompt_positions must lie before gen_start")
-        return cls(ids, pp, gs)
+        query = getattr(mi, "query_tokens", None)
+        return cls(ids, pp, gs, query_tokens=None if query is None else np.asarray(query, dtype=np.int64))
 
     @property
     def T(self) -> int:

@@ -1,7 +1,10 @@
-"""A ContextCite-style surrogate (Cohen-Wang et al., NeurIPS 2024; docs/attribution.md, "ContextCite").
+"""ContextCite (Cohen-Wang et al., "ContextCite: Attributing Model Generation to Context", NeurIPS 2024, and its
+``context-cite`` package; docs/attribution.md, "ContextCite").
 
-Random ablations of the prompt's sentences, the log-probability of the explained span under each, and a sparse linear
-model (LASSO) from "which sentences were kept" to that log-probability; its weights are the sentence scores.
+Random ablations of the prompt's sentences (the sources), the explained span's score under each, and a sparse linear
+model (LASSO) from "which sources were kept" to that score; its weights are the source scores. By default as the
+package does it: a source is removed by deleting it, the score is the logit of the span's probability, the penalty is
+scaled by the span's length and each source's mask spread, and a question the data marks is not a source.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,10 +20,17 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
 from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores,
                                                spread_onto_tokens)
+from ctxbench.batching import run_in_batches
+from ctxbench.models.attention import attention_kernel
+from ctxbench.models.logits import scoring_pass
 from ctxbench.part import neutral, param, refuse
 from ctxbench.tokens import eos_id
 
+ABLATIONS = ("delete", "eos")
+TARGETS = ("logit_prob", "log_prob")
+
 # --- the surrogate ----------------------------------------------------------------------------------------------
+
 
 def lasso(X: np.ndarray, y: np.ndarray, alpha: float, tol: float = 1e-10, max_sweeps: int = 10_000
           ) -> tuple[np.ndarray, float]:
@@ -52,6 +62,19 @@ def lasso(X: np.ndarray, y: np.ndarray, alpha: float, tol: float = 1e-10, max_sw
     return w, float(y_mean - x_mean @ w)
 
 
+def scaled_lasso(masks: np.ndarray, targets: np.ndarray, alpha: float, n_tokens: int) -> tuple[np.ndarray, float]:
+    """The package's fit (``context_cite.solver.LassoRegression``): the LASSO on the standardised masks (each column
+    centred and divided by its standard deviation; a constant column's by 1) against ``targets / n_tokens``, mapped
+    back to the masks' units and multiplied by ``n_tokens``. In those units the penalty on ``w_j`` is
+    ``alpha * n_tokens * std_j``. Returns ``(w, b)``: ``targets ≈ b + masks @ w``."""
+    X = np.asarray(masks, dtype=np.float64)
+    mean, std = X.mean(0), X.std(0)
+    std = np.where(std > 0, std, 1.0)
+    w_std, b_std = lasso((X - mean) / std, np.asarray(targets, dtype=np.float64) / n_tokens, alpha)
+    w = w_std / std
+    return w * n_tokens, float((b_std - mean @ w) * n_tokens)
+
+
 def r_squared(y: np.ndarray, pred: np.ndarray) -> float:
     """``1 - SS_res / SS_tot`` around the mean of ``y``; NaN when y is constant."""
     y = np.asarray(y, dtype=np.float64)
@@ -59,26 +82,47 @@ def r_squared(y: np.ndarray, pred: np.ndarray) -> float:
     return float("nan") if ss_tot == 0 else 1.0 - float(((y - pred) ** 2).sum()) / ss_tot
 
 
+def fold_of(n: int, folds: int, rng: np.random.Generator) -> np.ndarray:
+    """Each ablation's fold, ``0..folds-1``: a random permutation cut into folds of equal size (the first ``n % folds``
+    one larger)."""
+    out = np.empty(n, dtype=np.int64)
+    out[rng.permutation(n)] = np.arange(n) % folds
+    return out
+
+
+def cross_validated_r2(masks: np.ndarray, targets: np.ndarray, alpha: float, n_tokens: int,
+                       folds: np.ndarray) -> float:
+    """R^2 of the out-of-fold predictions: each fold predicted by the fit on the others, all folds pooled."""
+    X, y = np.asarray(masks, dtype=np.float64), np.asarray(targets, dtype=np.float64)
+    pred = np.empty_like(y)
+    for f in np.unique(folds):
+        held = folds == f
+        w, b = scaled_lasso(X[~held], y[~held], alpha, n_tokens)
+        pred[held] = b + X[held] @ w
+    return r_squared(y, pred)
+
+
 @dataclass(frozen=True)
 class Surrogate:
-    weights: np.ndarray  # (K,) one per sentence
+    weights: np.ndarray  # (K,) one per source
     intercept: float
-    heldout_r2: float  # on the held-out ablations, which the fit never saw
+    cv_r2: float  # out-of-fold R^2 (NaN when the targets are all equal)
 
 
-def split_heldout(n: int, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the training and held-out ablations: ``round(holdout * n)`` (at least 2) held out at random."""
-    n_test = max(2, round(holdout * n))
-    order = rng.permutation(n)
-    return np.sort(order[n_test:]), np.sort(order[:n_test])
+def fit_surrogate(masks: np.ndarray, targets: np.ndarray, alpha: float, n_tokens: int,
+                  folds: np.ndarray) -> Surrogate:
+    """The weights from all ablations, the fit quality by cross-validation over ``folds``."""
+    w, b = scaled_lasso(masks, targets, alpha, n_tokens)
+    return Surrogate(w, b, cross_validated_r2(masks, targets, alpha, n_tokens, folds))
 
 
-def fit_surrogate(masks: np.ndarray, targets: np.ndarray, alpha: float, train: np.ndarray,
-                  test: np.ndarray) -> Surrogate:
-    """LASSO from the keep masks (N, K) to the targets (N,) on ``train``; R^2 on ``test``."""
-    X = np.asarray(masks, dtype=np.float64)
-    w, b = lasso(X[train], targets[train], alpha)
-    return Surrogate(weights=w, intercept=b, heldout_r2=r_squared(targets[test], X[test] @ w + b))
+def logit_of_probability(log_p: np.ndarray) -> np.ndarray:
+    """``log P - log(1 - P)`` from ``log P`` (the package's ``aggregate_logit_probs(..., "logit_prob")``), stable near
+    P = 0 and P = 1 (``log(1 - P)`` by ``log1p(-e^x)`` below log 1/2, ``log(-expm1(x))`` above); P = 1 gives inf."""
+    x = np.minimum(np.asarray(log_p, dtype=np.float64), 0.0)
+    with np.errstate(divide="ignore"):
+        log_1m = np.where(x < -np.log(2), np.log1p(-np.exp(x)), np.log(-np.expm1(x)))
+    return x - log_1m
 
 
 # --- ablations ----------------------------------------------------------------------------------------------------
@@ -92,8 +136,47 @@ def example_rng(seed: int, input_ids) -> np.random.Generator:
 
 
 def ablation_masks(rng: np.random.Generator, n: int, k: int, keep_prob: float) -> np.ndarray:
-    """(n, k) bool: True where a sentence is kept, each independently with probability ``keep_prob``."""
+    """(n, k) bool: True where a source is kept, each independently with probability ``keep_prob``."""
     return rng.random((n, k)) < keep_prob
+
+
+@torch.inference_mode()
+def deleted_token_logprobs(model, input_ids: torch.Tensor, gen_start: int, deletions: Sequence[torch.Tensor],
+                           pad_id: int, batch_size: int, attn_implementation: Optional[str] = "sdpa") -> np.ndarray:
+    """log p(y_t) of every generated token (N, G), float64, with each deletion's positions (before ``gen_start``)
+    removed from the input: the shortened inputs padded on the left (positions counted from each input's first real
+    token), so every row's generated tokens end the batch and only their G logits are projected; ``batch_size``
+    inputs per forward pass. A deletion that leaves no token before the generation keeps one ``pad_id`` there, from
+    which the first generated token is predicted (a bare prompt with every source removed)."""
+    ids = input_ids.reshape(-1)
+    targets = ids[gen_start:]
+    g = targets.numel()
+    seqs = []
+    for gone in deletions:
+        keep = torch.ones(ids.numel(), dtype=torch.bool, device=ids.device)
+        keep[gone] = False
+        seq = ids[keep]
+        if not keep[:gen_start].any():
+            seq = torch.cat([torch.full((1,), pad_id, dtype=ids.dtype, device=ids.device), seq])
+        seqs.append(seq)
+    out = np.empty((len(seqs), g), dtype=np.float64)
+
+    def score(lo: int, hi: int) -> None:
+        chunk = [s[:-1] for s in seqs[lo:hi]]  # the last token predicts nothing scored
+        width = max(s.numel() for s in chunk)
+        batch = torch.zeros((len(chunk), width), dtype=torch.long, device=ids.device)
+        mask = torch.zeros_like(batch)
+        for r, s in enumerate(chunk):
+            batch[r, width - s.numel():] = s
+            mask[r, width - s.numel():] = 1
+        kw = {"input_ids": batch, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+        logits = scoring_pass(model, g, **kw).logits[:, -g:].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        out[lo:hi] = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0].double().cpu().numpy()
+
+    with attention_kernel(model, attn_implementation):
+        run_in_batches(len(seqs), batch_size, score, what="ablation passes", unit="seq")
+    return out
 
 
 # --- the method ---------------------------------------------------------------------------------------------------
@@ -102,50 +185,66 @@ def ablation_masks(rng: np.random.Generator, n: int, k: int, keep_prob: float) -
 class ContextCiteAttributor(Attributor):
     """ContextCite over the prompt's sentences.
 
-    ``n_ablations`` random ablations (each sentence kept with probability ``keep_prob``, the rest replaced by the pad
-    id), drawn from ``seed`` and the example's tokens; the target of an ablation is the summed log-probability of the
-    sink span (the whole generation without one), teacher-forced. A LASSO (``alpha``) fitted on all but a random
-    ``holdout`` share of the ablations gives one weight per sentence, spread onto its tokens (``copy``: each token the
-    weight; ``share``: an equal share) in the rows of the sink span; other rows NaN, generated columns 0. The held-out
-    R^2 and the ablation count are reported in the result's ``info``.
+    The sources are the prompt's sentences, except those of the question where the data marks it
+    (``metadata.question_char_span``): as in the package, the question is not part of the context. ``n_ablations``
+    masks (each source kept with probability ``keep_prob``), drawn from ``seed`` and the example's tokens; under each
+    the dropped sources are removed (``ablation``: ``delete``, the package's, or ``eos``: their tokens overwritten with
+    the pad id) and the sink span (the whole generation without one) is scored, teacher-forced (``target``:
+    ``logit_prob``, the logit of its probability, the package's, or ``log_prob``, its summed log-probability). The
+    package's LASSO (``alpha``, scaled by the span's token count and each source's mask spread) fitted on all
+    ablations gives one weight per source, spread onto its tokens (``copy``: each token the weight; ``share``: an
+    equal share) in the rows of the sink span; the question's and generated columns there are 0, other rows NaN. The
+    ``cv_folds``-fold cross-validated R^2 and the counts are reported in the result's ``info``.
     """
 
     name: ClassVar[str] = "context_cite"
-    n_ablations: int = 64
+    n_ablations: int = param(64, ge=2)
     keep_prob: float = param(0.5, gt=0, lt=1)
     alpha: float = param(0.01, ge=0)
-    holdout: float = param(0.2, gt=0, lt=1)
+    ablation: str = param("delete", choices=ABLATIONS)
+    target: str = param("logit_prob", choices=TARGETS)
+    cv_folds: int = param(5, ge=2)
     spread: str = param("copy", choices=SPREADS)
     seed: int = 0
     batch_size: int = neutral(4, ge=1)
     forward_attn_impl: Optional[str] = "sdpa"
 
     def __post_init__(self):
-        if self.n_ablations - max(2, round(self.holdout * self.n_ablations)) < 2:
-            raise refuse("n_ablations", self.n_ablations, f"leaves fewer than 2 ablations to fit once {self.holdout:g} "
-                         "of them (at least 2) are held out")
+        if self.cv_folds > self.n_ablations:
+            raise refuse("cv_folds", self.cv_folds, f"more folds than the {self.n_ablations} ablations")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
         units = SentenceUnits.of(tokenizer, ctx)
-        rng = example_rng(self.seed, ctx.input_ids.detach().cpu().numpy())
-        masks = ablation_masks(rng, self.n_ablations, len(units.prompt), self.keep_prob)
-        train, test = split_heldout(self.n_ablations, self.holdout, rng)
-        positions = [units.prompt_positions(ctx, u) for u in range(len(units.prompt))]
-        ablations = [torch.cat([ctx.prompt_positions[:0]] + [positions[u] for u in np.flatnonzero(~keep)])
-                     for keep in masks]
+        query = set(ctx.query_tokens.tolist()) if ctx.query_tokens is not None else set()
+        sources = [u for u, cols in enumerate(units.prompt) if not query.intersection(cols.tolist())]
         rows = np.arange(sink[0], sink[1] + 1) if sink is not None else np.arange(ctx.G)
-        _, logp = ablated_token_scores(model, ctx.input_ids, ctx.gen_start, ablations, eos_id(tokenizer),
-                                       self.batch_size, "logprob", self.forward_attn_impl)
-        fit = fit_surrogate(masks, logp[:, rows].sum(1), self.alpha, train, test)
         A = empty_matrix(ctx.G, ctx.P)
         A[rows] = 0.0
-        for u, cols in enumerate(units.prompt):
-            A[np.ix_(rows, cols)] = spread_onto_tokens(fit.weights[u], cols, self.spread)
+        info = {"ablations": self.n_ablations, "cv_folds": self.cv_folds, "cv_r2": None,
+                "prompt_sentences": len(units.prompt), "sources": len(sources), "nonzero_weights": 0}
+        if sources:
+            rng = example_rng(self.seed, ctx.input_ids.detach().cpu().numpy())
+            masks = ablation_masks(rng, self.n_ablations, len(sources), self.keep_prob)
+            folds = fold_of(self.n_ablations, self.cv_folds, rng)
+            positions = [units.prompt_positions(ctx, u) for u in sources]
+            dropped = [torch.cat([ctx.prompt_positions[:0]] + [positions[j] for j in np.flatnonzero(~keep)])
+                       for keep in masks]
+            log_p = self._token_logprobs(model, tokenizer, ctx, dropped)[:, rows].sum(1)
+            y = logit_of_probability(log_p) if self.target == "logit_prob" else log_p
+            fit = fit_surrogate(masks, y, self.alpha, len(rows), folds)
+            for j, u in enumerate(sources):
+                cols = units.prompt[u]
+                A[np.ix_(rows, cols)] = spread_onto_tokens(fit.weights[j], cols, self.spread)
+            info.update(cv_r2=fit.cv_r2 if np.isfinite(fit.cv_r2) else None,
+                        nonzero_weights=int(np.count_nonzero(fit.weights)))
         timings["attribution"] = time.perf_counter() - t0
-        r2 = fit.heldout_r2
-        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows,
-                                 info={"ablations": self.n_ablations, "heldout": int(test.size),
-                                       "heldout_r2": r2 if np.isfinite(r2) else None,
-                                       "prompt_sentences": len(units.prompt),
-                                       "nonzero_weights": int(np.count_nonzero(fit.weights))})
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows, info=info)
+
+    def _token_logprobs(self, model, tokenizer, ctx, dropped: list[torch.Tensor]) -> np.ndarray:
+        if self.ablation == "delete":
+            return deleted_token_logprobs(model, ctx.input_ids, ctx.gen_start, dropped, eos_id(tokenizer),
+                                          self.batch_size, self.forward_attn_impl)
+        _, logp = ablated_token_scores(model, ctx.input_ids, ctx.gen_start, dropped, eos_id(tokenizer),
+                                       self.batch_size, "logprob", self.forward_attn_impl)
+        return logp

@@ -11,6 +11,7 @@ no further shift.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -30,6 +31,8 @@ class ModelInput:
     prompt_offsets: list  # P pairs [start, end): each prompt token's characters in the prompt string (clipped to it)
     gen_start: int  # input_ids[gen_start:] are the generated tokens
     text: str  # the formatted text before the generated tokens (for inspection)
+    # prompt-token indices (0..P-1) of the question where the data marks it (metadata.question_char_span), else None
+    query_tokens: Optional[list] = None
 
     @property
     def P(self) -> int:
