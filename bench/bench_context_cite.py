@@ -37,7 +37,10 @@ def load_old(rev: str):
 
 
 def package_weights(model, tok, mi, masks, rows, alpha, dropped):
+    import nltk
     import numpy as np
+
+    nltk.download = lambda *args, **kwargs: False  # the package fetches Punkt on import; nothing here uses it
     from context_cite import utils as ccu
     from context_cite.solver import LassoRegression
 

@@ -269,6 +269,11 @@ STORY = ("Mara Quell was born in Tallin Bay. She moved to Orrick at nineteen. Or
 def package_weights(monkeypatch, model, tok, mi, masks, rows, alpha, dropped_tokens):
     """The package's side: its ablated forward passes and logit-probabilities (get_masks_and_logit_probs, with our
     masks in place of its seeded draws and our sources removed from the prompt ids), its aggregation and its solver."""
+    import nltk
+
+    # the package downloads NLTK's Punkt model when imported; its sentence splitter is not used here, and the test
+    # must not wait on the network
+    monkeypatch.setattr(nltk, "download", lambda *args, **kwargs: False)
     from context_cite import utils as ccu
     from context_cite.solver import LassoRegression
 
