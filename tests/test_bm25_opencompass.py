@@ -105,12 +105,15 @@ def test_treebank_and_word_tokenize_differ_only_in_the_split_of_sentences():
     assert nltk_tokenize([text], "nltk_treebank")[0] == ["He", "was", "born", "in", "Porto.", "She", "was", "not", "."]
 
 
-def test_refusals_name_the_key():
+def test_refusals_name_the_key(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match="stopwords='en': only the bm25s tokenizer removes stop words"):
         BM25Retriever(tokenizer="nltk_treebank")
     with pytest.raises(ConfigError, match="method='okapi'"):
         BM25Retriever(method="okapi")
-    # word_tokenize needs NLTK's punkt_tab model, which this machine has not downloaded: one line saying so
+    # word_tokenize needs NLTK's punkt_tab model; where it is not downloaded (an empty data path here): one line
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
     with pytest.raises(ConfigError, match="tokenizer=nltk_word needs NLTK's punkt_tab model"):
         BM25Retriever(tokenizer="nltk_word", stopwords=None, fields=["text"]).fit([{"id": "a", "text": "x. y."}])
     with pytest.raises(ConfigError, match="ties='random': expected one of pool_order, opencompass"):
