@@ -7,12 +7,16 @@ interpreters and meet in files (docs/attribution.md, "Compared with lxt 2.1", ha
     /path/to/lxt-venv/bin/python bench/bench_vs_lxt.py lxt --dir /tmp/lxt_cmp
     .venv/bin/python bench/bench_vs_lxt.py compare --dir /tmp/lxt_cmp
 
+``--variant`` (lxt and compare) runs lxt with one rule changed instead (plain gradient, q/k halved, RMSNorm unpatched,
+CP-LRP), to show how far that moves the figures: ``lxt --variant plain --examples 1`` then ``compare --variant plain``.
+
 Inputs: the first ``--examples`` packaged MoreHopQA rows, their prompt cut to ``--prompt-tokens`` tokens, then
 "The answer is <gold answer>." and EOS (prompt format bare), float32, eager attention on both sides. Explained: every
 generated token's logit where it is predicted; relevance = (input embeddings x gradient) summed over the hidden size,
 the backward pass seeded with 1 (lxt's examples seed it with the logit itself, which scales a row by that logit).
-Printed per example: the largest |difference| relative to the row's largest |relevance| (max over rows), the lowest
-Pearson correlation over rows, the mean top-10 overlap, and each side's conservation (relevance sum / logit).
+Printed per example: the largest |difference| of the relevances, alone and relative to the row's largest |relevance|
+(max over rows), the lowest Pearson and Spearman correlations over rows (Spearman over each row's causal past), the
+mean top-10 overlap, and each side's conservation (relevance sum / logit).
 """
 
 from __future__ import annotations
@@ -86,7 +90,43 @@ def _stand_in_torchvision() -> None:
     sys.modules["torchvision.models.vision_transformer"].nn = torch.nn
 
 
-def lxt_side(out: Path) -> None:
+VARIANTS = ("attnlrp", "plain", "qk_half", "rmsnorm_unpatched", "cp_lrp")
+
+
+def _lxt_patch_map(variant, ml):
+    """lxt's patch map for ``variant``, built from lxt's own patch functions: "attnlrp" lxt's default map for Llama;
+    "plain" no patch (plain gradient x input); "qk_half" AttnLRP with the q and k gradients halved instead of
+    quartered; "rmsnorm_unpatched" AttnLRP without the RMSNorm patch; "cp_lrp" lxt's CP-LRP map. Only "attnlrp" is
+    the comparison: the others show how far one changed rule moves the figures."""
+    from functools import partial
+
+    from lxt.efficient import patches as lp
+    from lxt.efficient.models.llama import attnLRP, cp_LRP
+    from lxt.efficient.rules import divide_gradient
+
+    if variant == "plain":
+        return {}
+    if variant in ("attnlrp", "cp_lrp"):
+        return attnLRP if variant == "attnlrp" else cp_LRP
+    mlp = {ml.LlamaMLP: partial(lp.patch_method, lp.gated_mlp_forward)}
+    if variant == "rmsnorm_unpatched":
+        return {**mlp, ml: lp.patch_attention}
+
+    def halve_qkv(module):  # the eager attention function, with q, k and v gradients halved
+        fn = module.eager_attention_forward
+
+        def attention(mod, q, k, v, *args, **kwargs):
+            return fn(mod, divide_gradient(q, 2), divide_gradient(k, 2), divide_gradient(v, 2), *args, **kwargs)
+        module.eager_attention_forward = attention
+        return True
+    return {**mlp, ml.LlamaRMSNorm: partial(lp.patch_method, lp.rms_norm_forward), ml: halve_qkv}
+
+
+def _lxt_file(out: Path, variant: str) -> Path:
+    return out / ("lxt.json" if variant == "attnlrp" else f"lxt_{variant}.json")
+
+
+def lxt_side(out: Path, variant: str, examples: int) -> None:
     import torch
 
     try:
@@ -98,7 +138,7 @@ def lxt_side(out: Path) -> None:
     from transformers.models.llama import modeling_llama
 
     data = json.loads((out / "ours.json").read_text())
-    monkey_patch(modeling_llama, verbose=False)
+    monkey_patch(modeling_llama, _lxt_patch_map(variant, modeling_llama), verbose=False)
     # transformers 5 writes the rotary base under rope_parameters, which 4.x does not read (it would use 10,000)
     from transformers import AutoConfig
 
@@ -111,7 +151,7 @@ def lxt_side(out: Path) -> None:
     for p in model.parameters():
         p.requires_grad_(False)
     records = []
-    for ex in data["examples"]:
+    for ex in data["examples"][:examples]:
         ids = torch.tensor([ex["ids"]])
         gs = ex["gen_start"]
         rows, logits = [], []
@@ -122,32 +162,46 @@ def lxt_side(out: Path) -> None:
             rows.append((embeds.grad * embeds).sum(-1)[0].double().tolist())
             logits.append(float(logit.detach()))
         records.append({"id": ex["id"], "logits": logits, "relevance": rows})
-        print(f"lxt: {ex['id']}: {len(rows)} rows")
+        print(f"lxt ({variant}): {ex['id']}: {len(rows)} rows")
     import transformers
 
     import lxt
 
-    (out / "lxt.json").write_text(json.dumps({"transformers": transformers.__version__, "torch": torch.__version__,
-                                              "lxt": getattr(lxt, "__version__", "2.1"), "examples": records}))
+    _lxt_file(out, variant).write_text(json.dumps({
+        "transformers": transformers.__version__, "torch": torch.__version__, "lxt": getattr(lxt, "__version__", "2.1"),
+        "variant": variant, "examples": records}))
 
 
-def compare(out: Path) -> None:
+def _ranks(x):
+    import numpy as np
+
+    r = np.empty(len(x))
+    r[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return r
+
+
+def compare(out: Path, variant: str) -> None:
     import numpy as np
 
     a = json.loads((out / "ours.json").read_text())["examples"]
-    meta = json.loads((out / "lxt.json").read_text())
+    meta = json.loads(_lxt_file(out, variant).read_text())
     b = meta["examples"]
-    print(f"lxt side: transformers {meta['transformers']}, torch {meta['torch']}")
+    print(f"lxt side ({variant}): transformers {meta['transformers']}, torch {meta['torch']}")
     for ea, eb in zip(a, b):
         ra, rb = np.array(ea["relevance"]), np.array(eb["relevance"])
         la, lb = np.array(ea["logits"]), np.array(eb["logits"])
+        absdiff = np.abs(ra - rb).max()
         rel = max(np.abs(x - y).max() / np.abs(y).max() for x, y in zip(ra, rb))
         pearson = min(np.corrcoef(x, y)[0, 1] for x, y in zip(ra, rb))
+        # Spearman over each row's causal past (prompt and earlier generated tokens; later columns are 0 on both)
+        past = [(x[:ea["gen_start"] + t], y[:ea["gen_start"] + t]) for t, (x, y) in enumerate(zip(ra, rb))]
+        spearman = min(np.corrcoef(_ranks(x), _ranks(y))[0, 1] for x, y in past)
         top = np.mean([len(set(np.argsort(-x)[:10]) & set(np.argsort(-y)[:10])) / 10 for x, y in zip(ra, rb)])
         cons_a = ra.sum(1) / la
         cons_b = rb.sum(1) / lb
         print(f"{ea['id']}: T={ra.shape[1]} G={ra.shape[0]}; logits max |diff| {np.abs(la - lb).max():.2e}; "
-              f"relevance max |diff| / row max {rel:.2e}; min Pearson {pearson:.7f}; top-10 overlap {top:.2f}; "
+              f"relevance max |diff| {absdiff:.2e}, / row max {rel:.2e}; min Pearson {pearson:.7f}, "
+              f"Spearman {spearman:.7f}; top-10 overlap {top:.2f}; "
               f"sum/logit ours {cons_a.min():.4f}..{cons_a.max():.4f}, lxt {cons_b.min():.4f}..{cons_b.max():.4f}")
 
 
@@ -155,16 +209,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("side", choices=("ours", "lxt", "compare"))
     ap.add_argument("--dir", default="/tmp/lxt_cmp")
-    ap.add_argument("--examples", type=int, default=3)
+    ap.add_argument("--examples", type=int, default=3, help="ours: the rows to take; lxt: the first that many of them")
+    ap.add_argument("--variant", choices=VARIANTS, default="attnlrp",
+                    help="lxt's rules (lxt, compare): attnlrp is the comparison, the others a rule changed")
     ap.add_argument("--prompt-tokens", type=int, default=256)
     args = ap.parse_args()
     out = Path(args.dir)
     if args.side == "ours":
         ours(out, args.examples, args.prompt_tokens)
     elif args.side == "lxt":
-        lxt_side(out)
+        lxt_side(out, args.variant, args.examples)
     else:
-        compare(out)
+        compare(out, args.variant)
 
 
 if __name__ == "__main__":
