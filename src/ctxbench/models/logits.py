@@ -35,13 +35,18 @@ def predicting_logits(model, gen_start: int, *, input_ids: torch.Tensor = None,
     a fifth of the model's multiply-adds)."""
     x = input_ids if input_ids is not None else inputs_embeds
     kw = {"input_ids": x[:, :-1]} if input_ids is not None else {"inputs_embeds": x[:, :-1]}
+    return last_logits(model, x.shape[1] - gen_start, **kw)
+
+
+def last_logits(model, g: int, **kw) -> torch.Tensor:
+    """float32 logits (B, g, V) at the last g positions of one pass of ``model`` on ``kw``, without building a
+    key/value cache, the vocabulary projection only there where the model takes ``logits_to_keep``."""
     if _accepts(model, "use_cache"):  # no key/value cache to build for a single pass
         kw["use_cache"] = False
-    g = x.shape[1] - gen_start
-    return _last(scoring_pass(model, g, **kw), g)
+    return _last(_scoring_pass(model, g, **kw), g)
 
 
-def scoring_pass(model, g: int, **kw):
+def _scoring_pass(model, g: int, **kw):
     """The model's output on ``kw``, the vocabulary projection only at the last g positions where the model takes
     ``logits_to_keep``."""
     if _accepts(model, "logits_to_keep"):
@@ -112,7 +117,7 @@ def intact_logits(model, gen_start: int, ids: torch.Tensor) -> tuple[torch.Tenso
     if name is None or not _accepts(model, "use_cache"):
         return predicting_logits(model, gen_start, input_ids=ids[None]), None
     g = ids.shape[0] - gen_start
-    out = scoring_pass(model, g, input_ids=ids[None, :-1], use_cache=True)
+    out = _scoring_pass(model, g, input_ids=ids[None, :-1], use_cache=True)
     cache = getattr(out, "cache", None)
     cache = getattr(out, "past_key_values", None) if cache is None else cache
     layers = getattr(cache, "layers", None)
@@ -129,5 +134,5 @@ def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optio
     if m == 0:
         return predicting_logits(model, gen_start, input_ids=input_ids)
     g = input_ids.shape[1] - gen_start
-    out = scoring_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})
+    out = _scoring_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})
     return _last(out, g)

@@ -33,7 +33,7 @@ def retriever_label(retriever) -> str:
 def _rows(split: RetrievalSplit) -> tuple[list[dict], list[dict]]:
     # The text under the names the retriever options read: a document is a context, a query a question (the
     # options' default fields, [question, context], as for in-context examples), and both are a prompt.
-    corpus = [{**r, "context": document_text(r), "prompt": document_text(r)} for r in split.corpus]
+    corpus = [{**r, "context": text, "prompt": text} for r in split.corpus for text in [document_text(r)]]
     queries = [{**q, "question": q["text"], "prompt": q["text"]} for q in split.queries]
     return corpus, queries
 
