@@ -15,7 +15,8 @@ from ctxbench.assets import package_dir
 from ctxbench.parts import build
 from ctxbench.rerankers import Reranker
 from ctxbench.rerankers.cross_encoder import CrossEncoderReranker
-from ctxbench.rerankers.query_likelihood import QueryLikelihoodReranker, mean_query_logprobs
+from ctxbench.models.logits import mean_query_logprobs
+from ctxbench.rerankers.query_likelihood import QueryLikelihoodReranker
 
 from helpers.configs import compose_stage
 from helpers.tiny_models import random_llama

@@ -13,9 +13,12 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
+import numpy as np
 import torch
+
+from ctxbench import progress
 
 
 def _accepts(model, name: str) -> bool:
@@ -136,3 +139,51 @@ def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optio
     g = input_ids.shape[1] - gen_start
     out = _scoring_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})
     return _last(out, g)
+
+
+PADDING_SIDES = ("left", "right")
+
+
+def mean_query_logprobs(model, rows: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int,
+                        batch_size: int, padding_side: str = "left", what: str = "rerank") -> np.ndarray:
+    """For each ``(context ids, query ids)`` row, the mean log-probability of the query ids given the context and the
+    earlier query ids, float64; rows run ``batch_size`` at a time, longest first, their progress shown as ``what``
+    (the query-likelihood reranker's pairs, MDL's labels)."""
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"padding_side={padding_side!r}: expected left or right")
+    out = np.empty(len(rows), dtype=np.float64)
+    order = np.argsort([-(len(c) + len(q)) for c, q in rows], kind="stable")
+    device = next(model.parameters()).device
+    with torch.inference_mode(), progress.bar(len(order), what, "row") as bar:
+        for start in range(0, len(order), batch_size):
+            sel = order[start:start + batch_size]
+            bar.update(len(sel))
+            ctx = [list(rows[i][0]) for i in sel]
+            qry = [list(rows[i][1]) for i in sel]
+            lens = [len(c) + len(q) for c, q in zip(ctx, qry)]
+            width = max(lens)
+            ids = torch.full((len(sel), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(sel), width), dtype=torch.long)
+            # first[r]: the column whose logits predict row r's first query token
+            if padding_side == "left":
+                for r, (c, q) in enumerate(zip(ctx, qry)):
+                    ids[r, width - lens[r]:] = torch.tensor(c + q)
+                    mask[r, width - lens[r]:] = 1
+                extra = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0).to(device)}
+                first = [width - len(q) - 1 for q in qry]
+            else:
+                for r, (c, q) in enumerate(zip(ctx, qry)):
+                    ids[r, :lens[r]] = torch.tensor(c + q)
+                    mask[r, :lens[r]] = 1
+                extra = {}
+                first = [len(c) - 1 for c in ctx]
+            keep = width - min(first)  # the LM head runs on the last `keep` columns only
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep,
+                           **extra).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            offset = width - keep
+            for r, (i, q) in enumerate(zip(sel, qry)):
+                cols = torch.arange(first[r], first[r] + len(q), device=device) - offset
+                picked = logp[r, cols, torch.tensor(q, device=device)]
+                out[i] = picked.double().mean().item()
+    return out

@@ -22,9 +22,9 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ctxbench import progress
 from ctxbench.errors import ConfigError
 from ctxbench.files import safe_filename
+from ctxbench.models.logits import PADDING_SIDES, mean_query_logprobs
 from ctxbench.part import neutral, param, refuse
 from ctxbench.rerankers.base import Pair, Reranker, check_pairs
 from ctxbench.tokens import eos_ids
@@ -32,7 +32,6 @@ from ctxbench.tokens import eos_ids
 log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "Passage: {passage}\nPlease write a question based on this passage.\nQuestion: {query}"
-PADDING_SIDES = ("left", "right")
 
 
 def split_prompt(prompt: str) -> tuple[str, str, str, str]:
@@ -44,52 +43,6 @@ def split_prompt(prompt: str) -> tuple[str, str, str, str]:
     head_core = head.rstrip(" ")
     middle_core = middle.rstrip(" ")
     return head_core, head[len(head_core):], middle_core, middle[len(middle_core):]
-
-
-def mean_query_logprobs(model, rows: Sequence[tuple[Sequence[int], Sequence[int]]], *, pad_id: int,
-                        batch_size: int, padding_side: str = "left") -> np.ndarray:
-    """For each ``(context ids, query ids)`` row, the mean log-probability of the query ids given the context and the
-    earlier query ids, float64; rows run ``batch_size`` at a time, longest first."""
-    import torch
-
-    if padding_side not in PADDING_SIDES:
-        raise ValueError(f"padding_side={padding_side!r}: expected left or right")
-    out = np.empty(len(rows), dtype=np.float64)
-    order = np.argsort([-(len(c) + len(q)) for c, q in rows], kind="stable")
-    device = next(model.parameters()).device
-    with torch.inference_mode(), progress.bar(len(order), "rerank", "pair") as bar:
-        for start in range(0, len(order), batch_size):
-            sel = order[start:start + batch_size]
-            bar.update(len(sel))
-            ctx = [list(rows[i][0]) for i in sel]
-            qry = [list(rows[i][1]) for i in sel]
-            lens = [len(c) + len(q) for c, q in zip(ctx, qry)]
-            width = max(lens)
-            ids = torch.full((len(sel), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(sel), width), dtype=torch.long)
-            # first[r]: the column whose logits predict row r's first query token
-            if padding_side == "left":
-                for r, (c, q) in enumerate(zip(ctx, qry)):
-                    ids[r, width - lens[r]:] = torch.tensor(c + q)
-                    mask[r, width - lens[r]:] = 1
-                extra = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0).to(device)}
-                first = [width - len(q) - 1 for q in qry]
-            else:
-                for r, (c, q) in enumerate(zip(ctx, qry)):
-                    ids[r, :lens[r]] = torch.tensor(c + q)
-                    mask[r, :lens[r]] = 1
-                extra = {}
-                first = [len(c) - 1 for c in ctx]
-            keep = width - min(first)  # the LM head runs on the last `keep` columns only
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep,
-                           **extra).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            offset = width - keep
-            for r, (i, q) in enumerate(zip(sel, qry)):
-                cols = torch.arange(first[r], first[r] + len(q), device=device) - offset
-                picked = logp[r, cols, torch.tensor(q, device=device)]
-                out[i] = picked.double().mean().item()
-    return out
 
 
 @dataclass

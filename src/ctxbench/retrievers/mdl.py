@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from ctxbench import progress
+from ctxbench.models.logits import mean_query_logprobs
 from ctxbench.models.spec import ModelConfig
 from ctxbench.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
@@ -41,9 +42,7 @@ def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_t
     (``'number'`` after a lone ``' '``); a token that straddles the boundary counts as the label's. An empty label
     scores 0.
     """
-    import torch
-
-    seqs, starts = [], []
+    rows = []
     for lb in labels:
         enc = tokenizer(prefix + lb, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
@@ -51,33 +50,13 @@ def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_t
         start = next((i for i, (a, z) in enumerate(offsets) if z > len(prefix) and z > a), len(ids))
         if start == 0:
             raise ValueError("mdl: the rendered prompt produced no tokens before the label")
-        seqs.append(ids)
-        starts.append(start)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
+        rows.append((ids[:start], ids[start:]))
+    scored = [i for i, (_, label) in enumerate(rows) if label]
     out = np.zeros(len(labels), dtype=np.float64)
-    with torch.inference_mode():
-        for s in range(0, len(labels), batch_size):
-            chunk, first = seqs[s:s + batch_size], starts[s:s + batch_size]
-            width = max(len(x) for x in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for r, x in enumerate(chunk):
-                ids[r, :len(x)] = torch.tensor(x)
-                mask[r, :len(x)] = 1
-            # only the logits that predict a label token: from the earliest label start's previous position on
-            keep = width - min(first) + 1
-            try:
-                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), logits_to_keep=keep).logits
-            except TypeError:  # a model without logits_to_keep
-                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, -keep:]
-            logp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts token width - keep + 1 + j
-            for r, (x, st) in enumerate(zip(chunk, first)):
-                if st == len(x):
-                    continue
-                pos = torch.arange(st, len(x), device=logp.device)
-                tok = torch.tensor(x[st:], device=logp.device)
-                out[s + r] = float(-logp[r, pos - (width - keep + 1), tok].mean())
+    if scored:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        out[scored] = -mean_query_logprobs(model, [rows[i] for i in scored], pad_id=pad, batch_size=batch_size,
+                                           what="mdl labels")
     return out
 
 
