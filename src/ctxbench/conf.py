@@ -35,6 +35,16 @@ class DataConfig:
 
 
 @dataclass
+class TrackingConfig:
+    """What a stage's job reports beyond its files (docs/tracking.md)."""
+
+    logger: Dict[str, Any] = field(default_factory=dict)  # experiment trackers (conf/logger/<name>.yaml), several at once
+    # the metric the job returns to an optimising sweeper (hydra/sweeper=optuna): faithfulness.row.RISE,
+    # retrieval.ndcg_at_10, funnel.kept, ... (ctxbench.tracking.objective)
+    objective: Optional[str] = None
+
+
+@dataclass
 class PromptConfig(DataConfig):
     """How a dataset row becomes the prompt of the sampling stage: in-context examples from ``pool`` chosen by the
     ``retriever``, rendered with ``template``."""
@@ -51,7 +61,7 @@ class ShardConfig:
 
 
 @dataclass
-class SampleConfig(PromptConfig):
+class SampleConfig(TrackingConfig, PromptConfig):
     """Stage 1 (docs/sampling.md)."""
 
     generator: Any = MISSING  # a Generator part (conf/generator/<name>.yaml)
@@ -70,7 +80,7 @@ class SampleConfig(PromptConfig):
 
 
 @dataclass
-class RunConfig(RunOutputs, DataConfig):
+class RunConfig(TrackingConfig, RunOutputs, DataConfig):
     """Stage 2: what to attribute and score (and, from ``RunOutputs``: views, heatmaps, html, save_traces, stats)."""
 
     attribution: Dict[str, Any] = field(default_factory=dict)

@@ -69,3 +69,7 @@ def register_resolvers() -> None:
 
     OmegaConf.register_new_resolver("ctxbench.job_dir", job_dir, replace=True)
     OmegaConf.register_new_resolver("ctxbench.run_group", run_group, replace=True)
+    from ctxbench.tracking.objective import direction_resolver
+
+    # hydra.sweeper.direction of conf/hydra/sweeper/optuna.yaml
+    OmegaConf.register_new_resolver("ctxbench.objective_direction", direction_resolver, replace=True)

@@ -388,6 +388,10 @@ class FaithfulnessScorer(Scorer):
     def write_plots(self, records, views, output_dir):
         return deletion_curve_plots(records, views, output_dir, field=self.name)
 
+    def step_series(self, records, views):
+        return {f"{method}/{self.name}/{v}/deletion_curve": [float(x) for x in mean]
+                for v, by in mean_deletion_curves(records, views, self.name).items() for method, (mean, _) in by.items()}
+
 
 # --- the mode's figure -----------------------------------------------------------------------------------------------
 
@@ -400,6 +404,18 @@ def _on_grid(curve: Sequence[float]) -> np.ndarray:
     return np.interp(GRID, np.linspace(0.0, 1.0, len(n)), n)
 
 
+def mean_deletion_curves(records: Iterable[dict[str, Any]], views: list[str],
+                         field: str = "faithfulness") -> dict[str, dict[str, tuple[np.ndarray, int]]]:
+    """``{view: {method: (mean normalised curve on GRID, examples)}}`` from the ``curve`` of each view in the records'
+    ``field``: what the deletion-curve figure draws and the trackers log step by step."""
+    curves: dict[str, dict[str, list[np.ndarray]]] = {v: {} for v in views}
+    for r in records:
+        for v, f in (r.get(field) or {}).items():
+            if v in curves and f.get("curve"):
+                curves[v].setdefault(r["method"], []).append(_on_grid(f["curve"]))
+    return {v: {m: (np.mean(cs, axis=0), len(cs)) for m, cs in sorted(by.items())} for v, by in curves.items()}
+
+
 def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path,
                          field: str = "faithfulness") -> list[Path]:
     """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks
@@ -409,18 +425,14 @@ def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], ou
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves: dict[str, dict[str, list[np.ndarray]]] = {v: {} for v in views}
-    for r in records:
-        for v, f in (r.get(field) or {}).items():
-            if v in curves and f.get("curve"):
-                curves[v].setdefault(r["method"], []).append(_on_grid(f["curve"]))
+    curves = mean_deletion_curves(records, views, field)
     written = []
     for v in views:
         if not curves[v]:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
-        for method, cs in sorted(curves[v].items()):
-            ax.plot(GRID, np.mean(cs, axis=0), marker="o", markersize=2.5, label=f"{method} (n={len(cs)})")
+        for method, (mean, n) in curves[v].items():
+            ax.plot(GRID, mean, marker="o", markersize=2.5, label=f"{method} (n={n})")
         ax.set_xlabel("fraction of deletion steps (most attributed first)")
         ax.set_ylabel("normalised log p(target)")
         ax.set_title(f"Deletion curve, {VIEW_LABELS[v]} view (lower area = more faithful)")

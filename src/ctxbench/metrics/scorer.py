@@ -114,6 +114,11 @@ class Scorer(Part, ABC):
         """Figures of this mode in the job dir (none by default); returns their paths."""
         return []
 
+    def step_series(self, records: list[dict], views: list[str]) -> dict[str, list[float]]:
+        """Metrics with steps (``<method>/<name>/<view>/<series>`` -> values by step), e.g. the mean deletion curve;
+        the experiment trackers log them step by step (none by default)."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         """What the reports need to know without this class: title and metrics (written into summary.json)."""
         return {"title": self.title, "metrics": [m.to_dict() for m in self.metrics()]}

@@ -21,15 +21,23 @@ EXIT_USER_ERROR = 2
 log = logging.getLogger(__name__)
 
 
+class TrialFailed(Exception):
+    """A job of an optimising sweep that ended with a user error: the sweeper records the trial as failed and goes on
+    (``hydra.sweeper.max_failure_rate``), where an exit would end the whole study."""
+
+
 @contextmanager
-def user_errors():
-    """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1)."""
+def user_errors(trial: bool = False):
+    """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1); in a trial of an
+    optimising sweep (``trial``) the line is printed and the job fails as ``TrialFailed``."""
     try:
         yield
     except UserError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {exc}", file=sys.stderr)
+        if trial:
+            raise TrialFailed(str(exc)) from None
         sys.exit(EXIT_USER_ERROR)
 
 
@@ -37,18 +45,34 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
     """The stage in its job folder (``ctxbench.stages.jobdir``): nothing of the folder changes before the stage
     accepts the run; a Ctrl-C ends with one line saying what was kept and the command that resumes, exit code 130."""
     from ctxbench.stages.jobdir import JobDir, shown
+    from ctxbench.tracking.session import JobTracking, job_info
 
     job = JobDir.from_hydra(cfg)
     # where the run writes, first (a sweep: its folder too) and what it wrote, last
     log.info("job folder: %s%s", shown(job.path), f" (sweep folder {shown(job.sweep_dir)})" if job.sweep_dir else "")
-    with user_errors(), job.active():
+    objective = cfg.get("objective")
+    with user_errors(objective is not None and job.sweep_dir is not None), job.active():
+        # the experiment trackers: checked now, before anything loads; their runs open when the job is accepted
+        tracking = JobTracking.for_job(cfg, job_info(job.path, job.stage, job.sweep_dir))
+        job.on_accept(tracking.start)
         try:
             result = stage(cfg, str(job.path))
         except KeyboardInterrupt:
+            tracking.end("KILLED")
             job.interrupted()
+        except BaseException:
+            tracking.end("FAILED")
+            raise
         job.accept()  # a stage that wrote nothing of its own still leaves Hydra's record of the job
+        record = tracking.end("FINISHED")
         log.info("wrote in %s: %s", shown(job.path), job.written())
-        return result
+        if objective is None:
+            return result
+        from ctxbench.tracking.objective import objective_value
+
+        value = objective_value(objective, record)
+        log.info("objective %s = %r", objective, value)
+        return value  # what an optimising sweeper (hydra/sweeper=optuna) reads
 
 
 def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], object]:

@@ -69,8 +69,10 @@ class JobDir:
     """One job's folder: ``accept()`` writes Hydra's record of the job and opens its log; until then nothing."""
 
     def __init__(self, path: str | Path, files: dict[str, str], *, resume_dir: Optional[str] = None,
-                 sweep_dir: Optional[str] = None):
+                 sweep_dir: Optional[str] = None, stage: str = ""):
         self.path = Path(path)
+        self.stage = stage  # Hydra's job name: run_exp, sample_and_filter, ...
+        self._on_accept: list[Callable[[], None]] = []
         self._files = files  # .hydra/<name> -> text
         self.fresh = not self.path.exists() or not any(self.path.iterdir())
         self.accepted = False
@@ -105,7 +107,12 @@ class JobDir:
         files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
                  "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
         sweep_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
-        return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir)
+        return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir,
+                   stage=str(hc.job.name))
+
+    def on_accept(self, call: Callable[[], None]) -> None:
+        """``call()`` once the job is accepted (the experiment trackers open their runs then)."""
+        self._on_accept.append(call)
 
     def accept(self) -> None:
         if self.accepted:
@@ -116,6 +123,8 @@ class JobDir:
         for name, text in self._files.items():
             (d / name).write_text(text, encoding="utf-8")
         _release_logs()
+        for call in self._on_accept:
+            call()
 
     def discard(self) -> None:
         """A job that ends before it was accepted: the folder Hydra made for it goes if it is still empty."""
