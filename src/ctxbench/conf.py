@@ -38,7 +38,8 @@ class DataConfig:
 class TrackingConfig:
     """What a stage's job reports beyond its files (docs/tracking.md)."""
 
-    logger: Dict[str, Any] = field(default_factory=dict)  # experiment trackers (conf/logger/<name>.yaml), several at once
+    # experiment trackers (conf/logger/<name>.yaml), several at once
+    logger: Dict[str, Any] = field(default_factory=dict)
     # the metric the job returns to an optimising sweeper (hydra/sweeper=optuna): faithfulness.row.RISE,
     # retrieval.ndcg_at_10, funnel.kept, ... (ctxbench.tracking.objective)
     objective: Optional[str] = None

@@ -389,8 +389,9 @@ class FaithfulnessScorer(Scorer):
         return deletion_curve_plots(records, views, output_dir, field=self.name)
 
     def step_series(self, records, views):
+        curves = mean_deletion_curves(records, views, self.name)
         return {f"{method}/{self.name}/{v}/deletion_curve": [float(x) for x in mean]
-                for v, by in mean_deletion_curves(records, views, self.name).items() for method, (mean, _) in by.items()}
+                for v, by in curves.items() for method, (mean, _) in by.items()}
 
 
 # --- the mode's figure -----------------------------------------------------------------------------------------------

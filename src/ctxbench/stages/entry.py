@@ -101,7 +101,9 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
     def main():
         from ctxbench.stages.preflight import app_help, check_overrides
 
-        args = sys.argv[1:]
+        from ctxbench.tracking.objective import with_sweeper_defaults
+
+        args = sys.argv[1:] = with_sweeper_defaults(sys.argv[1:])
         name = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--config-name", "-cn")), config_name)
         message = check_overrides(conf_dir, name, [a for a in args if a not in ("--help", "-h")])
         if message is not None:  # a config mistake: one line, exit code 2

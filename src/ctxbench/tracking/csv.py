@@ -56,8 +56,8 @@ def sweep_row(path: Path, job: str, metrics: dict[str, float]) -> None:
                 table[row["job"]] = {k: v for k, v in row.items() if k != "job" and v != ""}
         table[job] = {k: repr(v) for k, v in metrics.items()}
         columns = sorted({k for row in table.values() for k in row})
-        atomic_write_text(path, _csv([["job", *columns],
-                                      *[[name, *[row.get(c, "") for c in columns]] for name, row in sorted(table.items())]]))
+        rows = [[name, *[row.get(c, "") for c in columns]] for name, row in sorted(table.items())]
+        atomic_write_text(path, _csv([["job", *columns], *rows]))
 
 
 def _csv(rows: list[list[Any]]) -> str:

@@ -11,6 +11,7 @@ the sweep folder's ``tracking.json``, behind a file lock); the parent is ended b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -72,11 +73,19 @@ class MlflowTracker(Tracker):
                 raise ConfigError(f"logger.mlflow: tracking server {uri} does not answer ({_first_line(exc)}); "
                                   f"start it or set logger.mlflow.tracking_uri") from None
             return
-        if scheme == "sqlite":
-            Path(urlparse(uri).path[1:] if uri.startswith("sqlite:///") else "").parent.mkdir(parents=True,
-                                                                                             exist_ok=True)
+        lock = contextlib.nullcontext()
+        if scheme == "sqlite" and uri.startswith("sqlite:///"):
+            db = Path(uri[len("sqlite:///"):])
+            db.parent.mkdir(parents=True, exist_ok=True)
+            # the jobs of a parallel launcher would each create the new database's tables: one does, the others wait
+            from filelock import FileLock
+
+            from ctxbench.locks import lock_path
+
+            lock = FileLock(str(lock_path(db)))
         try:
-            self._mlflow_client().search_experiments(max_results=1)
+            with lock:
+                self._mlflow_client().search_experiments(max_results=1)
         except Exception as exc:  # a malformed URI, a store MLflow cannot open: its own message, first line
             raise ConfigError(f"logger.mlflow: tracking_uri={uri!r} cannot be used: {_first_line(exc)}") from None
 
@@ -183,7 +192,8 @@ def end_parent_run(entry: dict[str, Any], optimization_results: Path) -> None:
     client = MlflowClient(tracking_uri=entry["tracking_uri"])
     if optimization_results.exists():
         best = OmegaConf.to_container(OmegaConf.load(optimization_results))
-        params = [Param(f"best.{k}"[:250], str(v)[:MAX_PARAM_VALUE]) for k, v in (best.get("best_params") or {}).items()]
+        params = [Param(f"best.{k}"[:250], str(v)[:MAX_PARAM_VALUE])
+                  for k, v in (best.get("best_params") or {}).items()]
         metrics = [Metric("best_value", float(best["best_value"]), int(time.time() * 1000), 0)] \
             if best.get("best_value") is not None else []
         logged = client.get_run(entry["run_id"]).data.params

@@ -77,3 +77,18 @@ def direction_resolver(objective: Any, *, _root_: Any) -> str:
         raise ConfigError("hydra/sweeper=optuna optimises the job's objective: set one, e.g. "
                           "objective=retrieval.ndcg_at_10 or objective=faithfulness.row.RISE")
     return objective_direction(str(objective), _root_.get("mode"))
+
+
+# What `hydra/sweeper=optuna` (the hydra-optuna-sweeper plugin's own option, which a config file of the same name
+# cannot replace) gets unless the command line says otherwise: the objective's direction, and a failed trial that is
+# recorded as failed instead of ending the study (the study fails only when no trial completes).
+OPTUNA_DEFAULTS = {"hydra.sweeper.direction": "'${ctxbench.objective_direction:${objective}}'",
+                   "hydra.sweeper.max_failure_rate": "1.0"}
+
+
+def with_sweeper_defaults(args: list[str]) -> list[str]:
+    """``args`` (a command line's arguments) with ``OPTUNA_DEFAULTS`` added when they select the Optuna sweeper."""
+    if not any(a.lstrip("+") == "hydra/sweeper=optuna" for a in args):
+        return args
+    given = {a.split("=", 1)[0].lstrip("+~") for a in args}
+    return args + [f"{k}={v}" for k, v in OPTUNA_DEFAULTS.items() if k not in given]

@@ -27,6 +27,7 @@ class JobTracking:
         self.job = job
         self._record = record
         self.started = False
+        self._open: list[str] = []  # the trackers whose run is open
 
     @classmethod
     def for_job(cls, cfg: Any, job: JobInfo) -> "JobTracking":
@@ -54,6 +55,7 @@ class JobTracking:
             entry = self._guard(key, lambda: tracker.start(self.job, state.get(key)))
             if entry is None:
                 continue
+            self._open.append(key)
             write_state(path, key, entry)
 
     def end(self, status: str) -> Optional[JobRecord]:
@@ -62,20 +64,24 @@ class JobTracking:
         if not self.started:
             return None
         record = self._record()
-        for key, tracker in list(self.trackers.items()):
-            self._guard(key, lambda: (tracker.log(record), tracker.finish(status)))
+        for key in [k for k in self._open if k in self.trackers]:
+            tracker = self.trackers[key]
+            # a failed job's own error is the one to report: a tracker failing on top of it only warns
+            self._guard(key, lambda: (tracker.log(record), tracker.finish(status)), warn=status != "FINISHED")
+        self._open = []
         return record
 
-    def _guard(self, key: str, call: Callable[[], Any]) -> Any:
+    def _guard(self, key: str, call: Callable[[], Any], warn: bool = False) -> Any:
         tracker = self.trackers[key]
         try:
             return call()
         except Exception as exc:
             line = f"logger.{key}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-            if not tracker.best_effort:
+            if not (tracker.best_effort or warn):
                 raise ConfigError(f"{line} (the job's files are in {self.job.job_dir}; best_effort=true makes this "
                                   f"a warning)") from exc
-            log.warning("%s (best_effort: the job goes on without it)", line)
+            log.warning("%s (%s)", line, "best_effort: the job goes on without it" if tracker.best_effort else
+                        "the job had already failed")
             del self.trackers[key]
             return None
 

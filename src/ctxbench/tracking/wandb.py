@@ -10,6 +10,7 @@ its run (``resume="allow"``).
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
@@ -45,7 +46,7 @@ class WandbTracker(Tracker):
     def start(self, job: JobInfo, state: Optional[dict[str, Any]]) -> dict[str, Any]:
         import wandb
 
-        run_id = (state or {}).get("run_id") or wandb.util.generate_id()
+        run_id = (state or {}).get("run_id") or uuid.uuid4().hex[:8]  # (W&B's own ids: 8 characters [a-z0-9])
         folder = Path(self.dir) if self.dir else job.job_dir
         self._run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=str(folder), id=run_id,
                                name=job.name, group=job.sweep_dir.name if job.sweep_dir else None,
