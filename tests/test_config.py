@@ -3,6 +3,7 @@ loaded); typos are errors; stages run from the CLI."""
 
 import functools
 import json
+import re
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from ctxbench.tracking.base import Tracker
 from ctxbench.attribution import Attributor
 from ctxbench.conf import register_configs
 from ctxbench.datasets.base import Dataset
@@ -47,8 +49,9 @@ PART_BASES = {
     "generator": Generator,
     "judge": Judge,
     "dataset": (Dataset, RetrievalData),  # the retrieval data sets (beir, wiki_demo) are datasets of mode=retrieval
+    "logger": Tracker,
 }
-KEYED_GROUPS = ("attribution", "mode")
+KEYED_GROUPS = ("attribution", "mode", "logger")
 BACKENDS = ("hf", "openai")  # the model group's backends (ctxbench.models.spec.ModelConfig)
 
 
@@ -168,11 +171,25 @@ def test_every_option_composes_and_builds(group, option, tmp_path, monkeypatch, 
     into an instance of its group's base with settings that round-trip, a model into its settings."""
     (tmp_path / "cross-encoder").mkdir()
     write_jsonl(tmp_path / "responses.jsonl", [{"id": "x", "response": "\\box{x}"}])
-    if group == "experiment":  # global bundles, added with +experiment=<name>
-        cfg = compose_stage("run", f"+experiment={option}", f"paths.root={tmp_path}")
+    if group == "experiment":  # global bundles, added with +experiment=<name>, each for one stage
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import open_dict
+
+        composed = []
+        for main in ("run", "sample"):
+            try:  # with Hydra's node as in a run (a bundle may name the job's folder: ${hydra:runtime.output_dir})
+                composed.append(compose_stage(main, f"+experiment={option}", f"paths.root={tmp_path}",
+                                              f"hydra.runtime.output_dir={tmp_path / 'job'}", hydra=True))
+            except Exception as exc:  # a bundle of the other stage: its keys and groups are not this stage's
+                assert re.search("not in|No match in the defaults list", str(exc.__cause__ or exc)), exc
+        assert len(composed) == 1, f"experiment/{option}.yaml composes with {len(composed)} stages"
+        cfg = composed[0]
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
         OmegaConf.to_object(cfg)
         for key in KEYED_GROUPS:
-            for name, node in cfg[key].items():
+            for name, node in (cfg.get(key) or {}).items():
                 _check_part(node, key, name)
         return
     used = False
@@ -183,6 +200,9 @@ def test_every_option_composes_and_builds(group, option, tmp_path, monkeypatch, 
         cfg = compose_stage(main, f"{group}={option}", *_fill_mandatory(group, option, tmp_path))
         obj = OmegaConf.to_object(cfg)  # validates against the schema and resolves interpolations
         node = getattr(obj, group)
+        if group in KEYED_GROUPS and option == "none":
+            assert node == {}  # logger=none selects nothing
+            continue
         if group in KEYED_GROUPS:
             assert option in node  # options of these groups stay separate, keyed by name
         elif group == "dataset":
