@@ -116,6 +116,19 @@ def _prepared(work: Path, out) -> None:
     assert (work / "data" / "ruler_multihop" / "1024" / "vt_h4_c1" / "validation.jsonl").is_file()
 
 
+def _tracked(work: Path, out) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'outputs' / 'mlflow' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("run_exp").experiment_id])
+    assert sum("mlflow.parentRunId" in r.data.tags for r in runs) == 2, [r.info.run_name for r in runs]
+
+
+def _study(work: Path, out) -> None:
+    sweep = _latest(work / "outputs" / "multirun" / "run_exp")
+    assert (sweep / "optimization_results.yaml").is_file(), sweep
+
+
 def _collected(work: Path, out) -> None:
     assert re.search(r"\d+ tests? collected", out.stdout), out.stdout[-2000:]
 
@@ -168,6 +181,9 @@ PLANS: dict[str, Plan] = {
     "dataset.n_queries=200 retriever=dense,bm25,random": Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6")),
     ".venv/bin/python exp/exp2/run_exp.py mode=retrieval dataset=niah_single_1 retriever=bm25": Plan(),
     # Scale-out
+    ".venv/bin/python exp/exp2/run_exp.py -m dataset=niah_mq_q2,vt_h2_c3 logger=mlflow": Plan(dry=True, check=_tracked),
+    ".venv/bin/python exp/exp2/run_exp.py -m +experiment=optuna_bm25 logger=mlflow":
+        Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6", "hydra.sweeper.n_trials=2"), check=_study),
     "bash bench/gpu_check.sh": Plan(skip="needs a GPU"),
     # Data
     ".venv/bin/python exp/exp2/prepare_data.py dataset=vt_h4_c1 length=1024 dataset.num_samples=500 dataset.seed=42":
