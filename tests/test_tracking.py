@@ -14,15 +14,19 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
 
 from ctxbench.errors import ConfigError
+from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.csv import sweep_row
 from ctxbench.tracking.objective import objective_direction, objective_value, with_sweeper_defaults
 from ctxbench.tracking.record import JobRecord, flatten, job_record, metric_name
+from ctxbench.tracking.session import JobTracking
 from helpers.cli import run_script
 from helpers.paths import CACHE_DIR
 
@@ -148,6 +152,68 @@ def test_sweep_table_has_one_row_per_job(tmp_path):
     sweep_row(path, "0_a", {"m/x": 3.0})  # a resumed job replaces its row
     rows = list(csv.DictReader(io.StringIO(path.read_text())))
     assert rows == [{"job": "0_a", "m/x": "3.0", "m/y": ""}, {"job": "1_b", "m/x": "", "m/y": "2.5"}]
+
+
+@dataclass
+class Flaky(Tracker):
+    """A tracker that fails where told to (``fail_in``) and otherwise records what it was given."""
+
+    name: ClassVar[str] = "flaky"
+    fail_in: str = ""
+
+    def __post_init__(self) -> None:
+        self.calls: list = []
+
+    def start(self, job, state):
+        if self.fail_in == "start":
+            raise RuntimeError("cannot start")
+        self.calls.append(("start", state))
+        return {"n": len(self.calls)}
+
+    def log(self, record):
+        if self.fail_in == "log":
+            raise RuntimeError("cannot log\nsecond line")
+        self.calls.append(("log", sorted(record.metrics)))
+
+    def finish(self, status):
+        self.calls.append(("finish", status))
+
+
+def test_session_opens_continues_and_closes_runs(tmp_path, caplog):
+    job = make_job(tmp_path)
+    info = JobInfo(job, "run_exp")
+    t = Flaky()
+    session = JobTracking({"flaky": t}, info, lambda: job_record(job, "run_exp"))
+    assert session.end("FAILED") is None and t.calls == []  # never accepted: no run, nothing logged
+    session.start()
+    assert json.loads((job / "tracking.json").read_text())["flaky"] == {"n": 1}
+    record = session.end("FINISHED")
+    assert record.metrics["ifr/faithfulness/row/RISE"] == 0.25
+    assert t.calls == [("start", None), ("log", sorted(record.metrics)), ("finish", "FINISHED")]
+    again = Flaky()
+    JobTracking({"flaky": again}, info, lambda: record).start()  # a resumed job: its state is handed back
+    assert again.calls == [("start", {"n": 1})]
+    # a tracker that fails: one line naming it (the job's files are kept), or a warning when best effort
+    with pytest.raises(ConfigError, match=r"^logger.flaky: RuntimeError: cannot start \(the job's files are in"):
+        JobTracking({"flaky": Flaky(fail_in="start")}, info, lambda: record).start()
+    lenient = JobTracking({"flaky": Flaky(fail_in="log", best_effort=True)}, info, lambda: record)
+    lenient.start()
+    assert lenient.end("FINISHED") is record and "logger.flaky: RuntimeError: cannot log (best_effort" in caplog.text
+    failing = JobTracking({"flaky": Flaky(fail_in="log")}, info, lambda: record)
+    failing.start()
+    failing.end("FAILED")  # on top of the job's own failure: a warning, the job's error is the one reported
+    assert "(the job had already failed)" in caplog.text
+
+
+def test_a_missing_tracker_package_is_one_line(tmp_path):
+    @dataclass
+    class Missing(Flaky):
+        name: ClassVar[str] = "missing"
+        requires: ClassVar[str] = "no_such_package_for_ctxbench"
+
+    with pytest.raises(ConfigError, match=r"^logger.missing: the no_such_package_for_ctxbench package is not "
+                                          r"installed \(pip install -e '.\[tracking\]'\)$"):
+        Missing().check(JobInfo(tmp_path, "run_exp"))
 
 
 # --- MLflow ----------------------------------------------------------------------------------------------------------

@@ -11,12 +11,14 @@ and the job's record (``ctxbench.tracking.record``) is logged when the stage end
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+from ctxbench.errors import ConfigError
 from ctxbench.part import Part
 from ctxbench.tracking.record import JobRecord
 
@@ -40,11 +42,16 @@ class Tracker(Part, ABC):
     own files are written either way). Subclasses are dataclasses whose fields are the tracker's parameters."""
 
     name: ClassVar[str] = ""
+    requires: ClassVar[str] = ""  # the package the tracker imports (extra `tracking`), checked first
 
     best_effort: bool = False
 
     def check(self, job: JobInfo) -> None:
-        """Raise ``ConfigError`` (one line) when the tracker cannot take this job; called before anything loads."""
+        """Raise ``ConfigError`` (one line) when the tracker cannot take this job; called before anything loads.
+        Here: its package is installed."""
+        if self.requires and importlib.util.find_spec(self.requires) is None:
+            raise ConfigError(f"logger.{self.name}: the {self.requires} package is not installed "
+                              f"(pip install -e '.[tracking]')")
 
     @abstractmethod
     def start(self, job: JobInfo, state: Optional[dict[str, Any]]) -> dict[str, Any]:

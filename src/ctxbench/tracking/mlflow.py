@@ -41,6 +41,7 @@ class MlflowTracker(Tracker):
     may take to answer (the check before the job, and each request)."""
 
     name: ClassVar[str] = "mlflow"
+    requires: ClassVar[str] = "mlflow"
 
     tracking_uri: str = "sqlite:///outputs/mlflow/mlflow.db"
     artifact_location: Optional[str] = None
@@ -57,13 +58,9 @@ class MlflowTracker(Tracker):
     # --- the interface ---------------------------------------------------------------------------------------------
 
     def check(self, job: JobInfo) -> None:
+        super().check(job)
         uri = self.tracking_uri
         scheme = urlparse(uri).scheme
-        try:
-            import mlflow  # noqa: F401
-        except ImportError:
-            raise ConfigError("logger.mlflow: the mlflow package is not installed (pip install -e '.[tracking]')") \
-                from None
         if scheme in ("http", "https"):
             import requests
 

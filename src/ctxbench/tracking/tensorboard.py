@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.errors import ConfigError
 from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.record import JobRecord
 
@@ -23,18 +22,12 @@ class TensorBoardTracker(Tracker):
     subfolder per job, named as the job's folder)."""
 
     name: ClassVar[str] = "tensorboard"
+    requires: ClassVar[str] = "tensorboard"
 
     log_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         self._writer: Any = None
-
-    def check(self, job: JobInfo) -> None:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise ConfigError("logger.tensorboard: the tensorboard package is not installed "
-                              "(pip install -e '.[tracking]')") from None
 
     def folder(self, job: JobInfo) -> Path:
         return Path(self.log_dir) / job.name if self.log_dir else job.job_dir / "tensorboard"

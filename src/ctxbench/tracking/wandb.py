@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.errors import ConfigError
 from ctxbench.part import param
 from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.record import JobRecord
@@ -27,6 +26,7 @@ class WandbTracker(Tracker):
     disabled; ``dir``: the folder W&B writes its run into (null: the job's folder)."""
 
     name: ClassVar[str] = "wandb"
+    requires: ClassVar[str] = "wandb"
 
     project: str = "ctxbench"
     entity: Optional[str] = None
@@ -35,13 +35,6 @@ class WandbTracker(Tracker):
 
     def __post_init__(self) -> None:
         self._run: Any = None
-
-    def check(self, job: JobInfo) -> None:
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("logger.wandb: the wandb package is not installed (pip install -e '.[tracking]')") \
-                from None
 
     def start(self, job: JobInfo, state: Optional[dict[str, Any]]) -> dict[str, Any]:
         import wandb
