@@ -9,9 +9,10 @@ VOCAB = 64
 
 
 def tiny_model(family: str, seed: int = 0):
-    """A 2-layer decoder of ``family`` (llama, qwen2, qwen3, gpt2) over ``VOCAB`` tokens, eager attention, with its
-    biases and norm weights perturbed away from their 0/1 initial values."""
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config
+    """A 2-layer decoder of ``family`` (llama, qwen2, qwen3, gemma3, gpt2) over ``VOCAB`` tokens, eager attention,
+    with its biases and norm weights perturbed away from their 0/1 initial values. gemma3: a sliding-window layer (4
+    tokens) then a global one, each with its own RoPE base, sandwich norms, q/k norms, GQA, scaled embeddings."""
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config
 
     torch.manual_seed(seed)
     common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -22,6 +23,10 @@ def tiny_model(family: str, seed: int = 0):
         cfg = Qwen2Config(num_key_value_heads=2, max_position_embeddings=256, **common)
     elif family == "qwen3":
         cfg = Qwen3Config(num_key_value_heads=2, max_position_embeddings=256, head_dim=16, **common)
+    elif family == "gemma3":
+        cfg = Gemma3TextConfig(num_key_value_heads=2, max_position_embeddings=256, head_dim=16, sliding_window=4,
+                               layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+                               **common)
     elif family == "gpt2":
         cfg = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256)
     else:

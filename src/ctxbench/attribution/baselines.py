@@ -66,7 +66,7 @@ class AttentionAttributor(_Baseline):
             timings["capture"] = cap.seconds
             li = self.layer % len(cap.layers)
             lv = LayerView(cap, li, IFRConfig())
-            full = torch.cat([lv.attn_rows(rows[i:i + 64]).mean(0) for i in range(0, rows.numel(), 64)])
+            full = torch.cat([lv.attn_rows(rows[i:i + 64], scaled=False).mean(0) for i in range(0, rows.numel(), 64)])
         if self.times_ig:
             full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch,
                                                 self.attn_implementation)

@@ -46,6 +46,9 @@ class LayerCapture:
     v_norms: Optional[torch.Tensor] = None  # (n_kv_heads, T) L2 norms of the values
     # (n_heads, R) log-sum-exp of the scaled logits of rows row_start.., from the kernel
     lse: Optional[torch.Tensor] = None
+    # (R,) factor of the contributions of rows row_start.. where a norm follows the attention block (Gemma 3)
+    row_scale: Optional[torch.Tensor] = None
+    pos_emb: Optional[tuple] = None  # (cos, sin), each (T, head_dim), for RoPE families (per layer: Gemma 3's differ)
 
 
 @dataclass
@@ -54,7 +57,6 @@ class Capture:
     layers: list
     row_start: int
     T: int
-    pos_emb: Optional[tuple] = None  # (cos, sin), each (T, head_dim), for RoPE families
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -77,7 +79,7 @@ class Capture:
         per position and layer, a fraction of ``h``; every hop and method reuses them."""
         lc = self.layers[li]
         if lc.kv is None:
-            k = self.adapter.keys(li, lc.h, self.pos_emb)
+            k = self.adapter.keys(li, lc.h, lc.pos_emb)
             v = self.adapter.values(li, lc.h)
             lc.kv = (k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous())
         return lc.kv
@@ -89,7 +91,7 @@ class Capture:
         lc = self.layers[li]
         if lc.q is not None:
             return lc.q[:, rows - self.row_start]
-        return self.adapter.queries(li, lc.h[rows], rows, self.pos_emb).transpose(0, 1)
+        return self.adapter.queries(li, lc.h[rows], rows, lc.pos_emb).transpose(0, 1)
 
     def value_norms(self, li: int) -> torch.Tensor:
         """L2 norms of the values (n_kv_heads, T), kept with them."""
@@ -177,16 +179,26 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     xm: list = [None] * L
     at: list = [None] * L
     qkv: list = [None] * L
+    rs: list = [None] * L
+    pe_of: list = [None] * L
     layer_of = {id(ad.attn(li)): li for li in range(L)}
-    pos: dict = {}
+    pos: dict = {}  # the model's (cos, sin) tensors -> their copy: one per RoPE base, shared by the layers using it
     handles = []
 
     def attn_pre(li):
         def hook(mod, args, kwargs):
             hs[li] = _hidden_arg(args, kwargs)[0].detach().to(dt)
             pe = kwargs.get("position_embeddings")
-            if pe is not None and "pe" not in pos:
-                pos["pe"] = (pe[0][0].detach().to(dt), pe[1][0].detach().to(dt))
+            if pe is not None:
+                key = (pe[0].data_ptr(), pe[1].data_ptr())
+                if key not in pos:
+                    pos[key] = (pe[0][0].detach().to(dt), pe[1][0].detach().to(dt))
+                pe_of[li] = pos[key]
+        return hook
+
+    def post_norm_pre(li):
+        def hook(mod, args):
+            rs[li] = ad.row_scale(li, args[0][0, row_start:].detach())
         return hook
 
     def layer_pre(li):
@@ -220,6 +232,8 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
         handles.append(layer.register_forward_pre_hook(layer_pre(li), with_kwargs=True))
         handles.append(ad.attn(li).register_forward_pre_hook(attn_pre(li), with_kwargs=True))
         handles.append(ad.mid_module(li).register_forward_pre_hook(mid_pre(li)))
+        if ad.post_attn_norm(li) is not None:
+            handles.append(ad.post_attn_norm(li).register_forward_pre_hook(post_norm_pre(li)))
         if store_attention:
             handles.append(ad.attn(li).register_forward_hook(attn_out(li), with_kwargs=True))
     impl = "eager" if store_attention else forward_attn_impl
@@ -231,9 +245,9 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     finally:
         for hd in handles:
             hd.remove()
-    layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i]) for i in range(L)]
+    layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i], row_scale=rs[i], pos_emb=pe_of[i])
+              for i in range(L)]
     for lc, rec in zip(layers, qkv):
         if rec is not None:
             lc.q, lc.kv, lc.lse = rec[0], (rec[1], rec[2]), rec[3]
-    return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, pos_emb=pos.get("pe"),
-                   seconds=time.perf_counter() - t0)
+    return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, seconds=time.perf_counter() - t0)

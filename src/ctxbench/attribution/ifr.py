@@ -87,13 +87,21 @@ class LayerView:
 
     # rows are absolute positions (LongTensor), all >= cap.row_start; ``bounds`` = (min, max) of rows when the caller
     # knows them on the host (no device-to-host read per chunk on a GPU)
-    def attn_rows(self, rows: torch.Tensor, bounds: Optional[tuple] = None) -> torch.Tensor:
-        """Attention probabilities (H, R, n_src) of the given sink rows."""
+    def attn_rows(self, rows: torch.Tensor, bounds: Optional[tuple] = None, scaled: bool = True) -> torch.Tensor:
+        """Attention probabilities (H, R, n_src) of the given sink rows; ``scaled``: times the rows' contribution
+        scale where a norm follows the attention block (``row_scale``, Gemma 3), so that ``alpha f`` are the
+        contributions."""
         if self.lc.attn is not None:
-            return self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
-        if self.lc.lse is not None:
-            return self._scores(rows, bounds=bounds).exp_()
-        return torch.softmax(self._scores(rows, bounds=bounds), dim=-1)
+            a = self.lc.attn[:, rows - self.cap.row_start, :self.n_src]
+        elif self.lc.lse is not None:
+            a = self._scores(rows, bounds=bounds).exp_()
+        else:
+            a = torch.softmax(self._scores(rows, bounds=bounds), dim=-1)
+        scale = self.row_scale(rows) if scaled else None
+        return a if scale is None else a * scale[None, :, None]
+
+    def row_scale(self, rows: torch.Tensor) -> Optional[torch.Tensor]:
+        return None if self.lc.row_scale is None else self.lc.row_scale[rows - self.cap.row_start]
 
     def weighted_attention(self, rows: torch.Tensor, w: torch.Tensor, buf: Optional[torch.Tensor] = None,
                            bounds: Optional[tuple] = None) -> torch.Tensor:
@@ -105,8 +113,11 @@ class LayerView:
         bounds = bounds or _bounds(rows)
         n = bounds[1] + 1
         H = self.ad.n_heads
+        scale = self.row_scale(rows)
+        if scale is not None:  # a norm after the attention block scales each row's contributions (Gemma 3)
+            w = w * scale
         if self.lc.attn is not None:
-            return torch.bmm(w.expand(H, 1, -1), self.attn_rows(rows)[..., :n])[:, 0]
+            return torch.bmm(w.expand(H, 1, -1), self.attn_rows(rows, scaled=False)[..., :n])[:, 0]
         e = self._scores(rows, buf, n, bounds)
         if self.lc.lse is not None:  # already log-probabilities
             return torch.bmm(w.expand(H, 1, -1), e.exp_())[:, 0]
@@ -311,8 +322,9 @@ def per_token_ifr(cap: Capture, rows, cfg: Optional[IFRConfig] = None) -> torch.
 
 @torch.no_grad()
 def reconstruct_x_mid(cap: Capture, li: int, rows) -> torch.Tensor:
-    """x_prev + sum_{j,h} alpha_ij^h f_j^h + b_O for the given rows: equals the hooked x_mid when the decomposition
-    is exact (used by tests and as a sanity check for a new model family)."""
+    """x_prev + sum_{j,h} alpha_ij^h f_j^h + b_O for the given rows (alpha and b_O times the row's scale where a
+    norm follows the attention block): equals the hooked x_mid when the decomposition is exact (used by tests and as
+    a sanity check for a new model family)."""
     dev = cap.device
     rows = torch.as_tensor(rows, dtype=torch.long, device=dev).reshape(-1)
     lv = LayerView(cap, li, IFRConfig(), int(rows.max()) + 1)
@@ -320,7 +332,10 @@ def reconstruct_x_mid(cap: Capture, li: int, rows) -> torch.Tensor:
     f = lv.head_outputs(0, lv.n_src)  # (H, N, d)
     out = lv.x_prev(rows) + torch.einsum("hrn,hnd->rd", alpha, f)
     b = cap.adapter.out_bias(li)
-    return out if b is None else out + b
+    scale = lv.row_scale(rows)
+    if b is not None:
+        out = out + (b if scale is None else scale[:, None] * b)
+    return out
 
 
 # --- attributors ----------------------------------------------------------------------------------------------------

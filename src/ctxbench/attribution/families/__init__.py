@@ -8,11 +8,12 @@ from typing import Optional
 import torch
 
 from ctxbench.attribution.families.base import FamilyAdapter, UnsupportedModelError, capture_dtype
+from ctxbench.attribution.families.gemma3 import Gemma3Adapter
 from ctxbench.attribution.families.gpt2 import GPT2Adapter
 from ctxbench.attribution.families.llama import LlamaLikeAdapter
 
 # asked in order; the first whose matches(model) is true reads the model
-FAMILIES: tuple[type[FamilyAdapter], ...] = (GPT2Adapter, LlamaLikeAdapter)
+FAMILIES: tuple[type[FamilyAdapter], ...] = (GPT2Adapter, Gemma3Adapter, LlamaLikeAdapter)
 
 
 def adapter_for(model, dtype: Optional[torch.dtype] = None) -> FamilyAdapter:
@@ -21,8 +22,9 @@ def adapter_for(model, dtype: Optional[torch.dtype] = None) -> FamilyAdapter:
         if family.matches(model):
             return family(model, dtype)
     mtype = getattr(model.config, "model_type", "")
-    raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders and GPT-2")
+    raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders, "
+                                f"Gemma 3 and GPT-2")
 
 
-__all__ = ["FAMILIES", "FamilyAdapter", "GPT2Adapter", "LlamaLikeAdapter", "UnsupportedModelError", "adapter_for",
-           "capture_dtype"]
+__all__ = ["FAMILIES", "FamilyAdapter", "GPT2Adapter", "Gemma3Adapter", "LlamaLikeAdapter", "UnsupportedModelError",
+           "adapter_for", "capture_dtype"]

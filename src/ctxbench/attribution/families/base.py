@@ -34,6 +34,9 @@ class FamilyAdapter:
     # residual right after the attention block).
     attn_name: str = "self_attn"
     mid_name: str = "post_attention_layernorm"
+    # a norm between the attention output and the residual add (Gemma's sandwich norm): its input per row sets the
+    # row's scale of the contributions (``row_scale``); None for pre-norm decoders
+    post_attn_norm_name: Optional[str] = None
 
     def __init__(self, model, layers, dtype: torch.dtype = torch.float32):
         self.model = model
@@ -52,6 +55,14 @@ class FamilyAdapter:
 
     def mid_module(self, li: int):
         return getattr(self._layers[li], self.mid_name)
+
+    def post_attn_norm(self, li: int):
+        return getattr(self._layers[li], self.post_attn_norm_name) if self.post_attn_norm_name else None
+
+    def row_scale(self, li: int, o: torch.Tensor) -> torch.Tensor:
+        """(R,) factor of each sink row's contributions, from the attention outputs ``o`` (R, d) that enter
+        ``post_attn_norm`` (only for families that have one)."""
+        raise NotImplementedError
 
     # --- per-layer maths (inputs in self.dtype on the model's device) ----------------------------------------------
     @property
