@@ -22,7 +22,7 @@ from ctxbench.attribution.lrp_rules import identity_rule, linear_rule, uniform_r
 
 from helpers.tiny_models import FakeTokenizer, make_input, story_input, tiny_model
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gpt2")
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
 
 
 def _f64(*shape, seed=0):
@@ -375,12 +375,12 @@ def test_parameters_are_checked():
 
 
 def test_unsupported_models_are_refused():
-    from transformers import AutoModelForCausalLM, GemmaConfig, GPTNeoXConfig
+    from transformers import AutoModelForCausalLM, GPTNeoXConfig, OlmoConfig
 
     small = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-    gemma = AutoModelForCausalLM.from_config(GemmaConfig(num_key_value_heads=1, head_dim=16, **small))
-    with pytest.raises(UnsupportedModelError, match="GemmaRMSNorm: AttnLRP knows RMSNorm"):
-        AttnLRPAttributor().attribute(gemma, FakeTokenizer(), make_input(T=12, gen_start=6))
+    olmo = AutoModelForCausalLM.from_config(OlmoConfig(eos_token_id=63, pad_token_id=0, **small))  # weightless norm
+    with pytest.raises(UnsupportedModelError, match="OlmoLayerNorm: AttnLRP knows RMSNorm"):
+        AttnLRPAttributor().attribute(olmo, FakeTokenizer(), make_input(T=12, gen_start=6))
     neox = AutoModelForCausalLM.from_config(GPTNeoXConfig(**small))
     with pytest.raises(UnsupportedModelError, match="model_type='gpt_neox'"):
         FTAttnLRPAttributor().attribute(neox, FakeTokenizer(), make_input(T=12, gen_start=6))

@@ -1,4 +1,4 @@
-"""Baselines on a tiny random Llama: attention, input x gradient, integrated gradients, random."""
+"""Baselines on a tiny random Llama and Gemma 3: attention, input x gradient, integrated gradients, random."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from ctxbench.attribution.base import causal_column_mask
 from helpers.tiny_models import FakeTokenizer, make, make_input, tiny_model
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_model("llama")
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def model(request):
+    return tiny_model(request.param)
 
 
 def _logp_rows(model, embeds, mi):

@@ -48,7 +48,7 @@ def assert_agree(ours: np.ndarray, theirs: np.ndarray) -> None:
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5 * scale)
 
 
-@pytest.fixture(params=["llama", "gpt2"])
+@pytest.fixture(params=["llama", "gemma3", "gpt2"])
 def case(request):
     model = tiny_model(request.param)
     for p in model.parameters():

@@ -34,3 +34,19 @@ def test_prompt_tokens_cover_the_prompt(smol_tokenizer, fmt):
 def test_unknown_format(smol_tokenizer):
     with pytest.raises(ValueError, match="prompt_format"):
         build_model_input(smol_tokenizer, PROMPT, "x", "chatml")
+
+
+def test_table1_without_a_chat_template_is_the_message_as_plain_text(smol_tokenizer):
+    """A base model's tokenizer (Gemma 3 270M has no chat template): the Table-1 message, after the tokenizer's own
+    special tokens, the prompt tokens inside it."""
+    import copy
+
+    tok = copy.deepcopy(smol_tokenizer)
+    tok.chat_template = None
+    mi = build_model_input(tok, PROMPT, " Answer: 42", "table1")
+    assert mi.text == "Context: " + PROMPT + "\n\n\nQuery: "
+    ids = mi.input_ids.tolist()
+    plain = tok(mi.text)["input_ids"]  # with the special tokens the tokenizer adds itself
+    assert ids[:mi.gen_start] == plain
+    assert tok.decode([ids[p] for p in mi.prompt_positions]).strip() == PROMPT
+    assert mi.prompt_offsets[0][0] == 0 and mi.prompt_offsets[-1][1] == len(PROMPT)

@@ -107,17 +107,27 @@ def frozen_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return y + module.bias if module.bias is not None else y
     if _known_norm(module):  # Llama/Qwen/Mistral RMSNorm (float32 at least, float64 kept)
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        if _gemma_norm(module):  # Gemma: eps inside, gain (1 + w) applied before the cast back
+            inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + module.eps).detach()
+            return (xf * inv_rms * (1.0 + module.weight.to(xf.dtype))).to(x.dtype)
         inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + module.variance_epsilon).detach()
         return module.weight * (xf * inv_rms).to(x.dtype)
     raise _unknown_norm(module)
 
 
 def _unknown_norm(module: nn.Module) -> UnsupportedModelError:
-    return UnsupportedModelError(f"{type(module).__name__}: AttnLRP knows RMSNorm (Llama/Qwen) and LayerNorm only")
+    return UnsupportedModelError(f"{type(module).__name__}: AttnLRP knows RMSNorm (Llama/Qwen, Gemma) and LayerNorm "
+                                 f"only")
+
+
+def _gemma_norm(module: nn.Module) -> bool:
+    """Gemma's RMSNorm: ``x / rms(x) * (1 + w)`` (its weight starts at 0), eps in ``eps``."""
+    return type(module).__name__.startswith("Gemma") and hasattr(module, "eps") and hasattr(module, "weight")
 
 
 def _known_norm(module: nn.Module) -> bool:
-    return isinstance(module, nn.LayerNorm) or (hasattr(module, "variance_epsilon") and hasattr(module, "weight"))
+    return isinstance(module, nn.LayerNorm) or _gemma_norm(module) or \
+        (hasattr(module, "variance_epsilon") and hasattr(module, "weight"))
 
 
 def _tolerance(dtype: torch.dtype) -> float:

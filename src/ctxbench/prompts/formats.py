@@ -2,7 +2,9 @@
 formats).
 
 ``table1``: FlashTrace's Table-1 setting, user message ``"Context: " + prompt + "\\n\\n\\nQuery: "`` inside the model's
-chat template (generation prompt on, thinking off). ``bare``: the prompt alone, no chat template. The whole formatted
+chat template (generation prompt on, thinking off); a tokenizer without a chat template (a base model such as Gemma 3
+270M) gets the same message as plain text after the tokenizer's own special tokens (BOS), as the sampling stage sends
+it. ``bare``: the prompt alone, no chat template. The whole formatted
 text is tokenised at once (what the model really sees); prompt tokens are the tokens whose characters overlap the prompt
 inside it, and their offsets are mapped back into the prompt string, so evidence spans given in prompt characters need
 no further shift.
@@ -53,9 +55,9 @@ def format_prompt_text(tokenizer, prompt: str, prompt_format: str) -> tuple[str,
         return prompt, 0
     if prompt_format != "table1":
         raise ValueError(f"prompt_format={prompt_format!r}: expected one of {PROMPT_FORMATS}")
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("prompt_format=table1 needs a chat template; this tokenizer has none (use prompt_format=bare)")
     user = TABLE1_PREFIX + prompt + TABLE1_SUFFIX
+    if not has_chat_template(tokenizer):  # a base model: the Table-1 message as plain text
+        return user, len(TABLE1_PREFIX)
     text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
     where = text.find(user)
@@ -64,10 +66,15 @@ def format_prompt_text(tokenizer, prompt: str, prompt_format: str) -> tuple[str,
     return text, where + len(TABLE1_PREFIX)
 
 
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def build_model_input(tokenizer, prompt: str, target: str, prompt_format: str = "table1") -> ModelInput:
     text, start = format_prompt_text(tokenizer, prompt, prompt_format)
-    # The chat template writes its own special tokens; the bare prompt gets what the tokenizer adds by default (BOS).
-    enc = tokenizer(text, add_special_tokens=(prompt_format == "bare"), return_offsets_mapping=True)
+    # The chat template writes its own special tokens; plain text gets what the tokenizer adds by default (BOS).
+    plain = prompt_format == "bare" or not has_chat_template(tokenizer)
+    enc = tokenizer(text, add_special_tokens=plain, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
     end = start + len(prompt)
     positions = tokens_overlapping(offsets, start, end)

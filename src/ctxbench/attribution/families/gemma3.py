@@ -11,6 +11,10 @@ residual add, ``x_mid_i = x_prev_i + g * o_i / rms(o_i)`` with the norm's gain `
 contributions ``c_ij^h = alpha_ij^h / rms(o_i) * v_j^h W_O^h diag(g)`` sum exactly to the residual update, as for a
 pre-norm decoder. ``x_mid`` is the input of ``pre_feedforward_layernorm`` (the residual after the attention block);
 the feed-forward block, post-normed too, is token-local and outside the decomposition, as in IFR for any decoder.
+
+AttnLRP (``lrp_plan``, inherited): the gated feed-forward block has the Llama names (``gate_proj``, ``up_proj``,
+``down_proj``, ``act_fn``, here GELU-tanh: the identity rule), and every one of the four norms per layer, the q/k norms
+and the final norm is a Gemma RMSNorm, whose normaliser the rules freeze (``lrp_rules.frozen_norm``).
 """
 
 from __future__ import annotations
@@ -47,10 +51,6 @@ class Gemma3Adapter(LlamaLikeAdapter):
         """``1 / rms(o_i)`` of the attention outputs ``o`` (R, d) entering the post-attention norm."""
         o = o.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
         return torch.rsqrt(o.pow(2).mean(-1) + self.post_attn_norm(li).eps).to(self.dtype)
-
-    def lrp_plan(self, li):
-        raise UnsupportedModelError("AttnLRP's rules are not written for Gemma 3 yet (its sandwich norms and gated "
-                                    "GELU); use the IFR methods, attention, gradients or perturbation")
 
     @classmethod
     def matches(cls, model) -> bool:
