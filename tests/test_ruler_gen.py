@@ -20,6 +20,8 @@ TTG = {"niah": 128, "vt": 30, "qa": 32}
 N_512 = 20
 TASKS_1024 = ("niah_mq_q8", "niah_mv_v8", "vt_h2_c3", "vt_h10_c1", "hotpotqa_long", "niah_multikey_3")
 N_1024 = 4
+# long contexts (the second model family's lengths): one sample each at 16k and 32k tokens
+LONG = (("niah_mq_q2", 16384), ("vt_h2_c3", 16384), ("niah_mv_v2", 32768))
 # Ten hops need eleven noise units in the worked example and in the task (upstream's placement): more than 512 tokens.
 TOO_LONG_AT_512 = ("vt_h10_c1",)
 TASKS_512 = tuple(t for t in TASKS if t not in TOO_LONG_AT_512)
@@ -32,7 +34,7 @@ def counter(smol_tokenizer):
 
 @pytest.fixture(scope="module")
 def generated(counter, morehopqa_path):
-    """(task, max_seq_length) -> (records, fits): every task at 512 tokens, a selection at 1,024."""
+    """(task, max_seq_length) -> (records, fits): every task at 512 tokens, a selection at 1,024, three at 16k/32k."""
     out = {}
     for task in TASKS_512:
         out[task, 512] = generate_task_with_fits(task, counter=counter, max_seq_length=512, num_samples=N_512,
@@ -40,6 +42,9 @@ def generated(counter, morehopqa_path):
     for task in TASKS_1024:
         out[task, 1024] = generate_task_with_fits(task, counter=counter, max_seq_length=1024, num_samples=N_1024,
                                                   seed=7, morehopqa_path=morehopqa_path)
+    for task, length in LONG:
+        out[task, length] = generate_task_with_fits(task, counter=counter, max_seq_length=length, num_samples=1,
+                                                    seed=7, morehopqa_path=morehopqa_path)
     return out
 
 
@@ -48,7 +53,7 @@ def _ntok(tok, text: str) -> int:
 
 
 def _cases():
-    return [(t, 512) for t in TASKS_512] + [(t, 1024) for t in TASKS_1024]
+    return [(t, 512) for t in TASKS_512] + [(t, 1024) for t in TASKS_1024] + list(LONG)
 
 
 def _spans(rec):
