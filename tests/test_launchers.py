@@ -36,7 +36,7 @@ def sweep(tmp_path, name: str, launcher: list[str]) -> dict:
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert [r.info.run_name for r in parent] == [name] and all(r.info.status == "FINISHED" for r in runs)
     children = sorted(r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id)
-    assert children == sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert children == sorted(p.name for p in out.iterdir() if p.is_dir() and p.name[0].isdigit())  # (.submitit)
     jobs = {}
     for results in sorted(out.glob("*/results.jsonl")):
         jobs[results.parent.name] = [without_timings(json.loads(line)) for line in results.read_text().splitlines()]
