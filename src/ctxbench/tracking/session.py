@@ -11,6 +11,7 @@ the job with one line after its files are written (``best_effort``: a warning): 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -28,6 +29,7 @@ class JobTracking:
         self._record = record
         self.started = False
         self._open: list[str] = []  # the trackers whose run is open
+        self.seconds: dict[str, float] = {}  # time spent in each tracker (checks, runs, logging): its overhead
 
     @classmethod
     def for_job(cls, cfg: Any, job: JobInfo) -> "JobTracking":
@@ -36,7 +38,9 @@ class JobTracking:
 
         nodes = cfg.get("logger") if hasattr(cfg, "get") else None
         trackers = build_all(nodes, "logger", Tracker) if nodes else {}
+        seconds = {}
         for key, tracker in list(trackers.items()):
+            t0 = time.perf_counter()
             try:
                 tracker.check(job)
             except UserError as exc:
@@ -44,7 +48,10 @@ class JobTracking:
                     raise
                 log.warning("%s (best_effort: the job goes on without it)", exc)
                 del trackers[key]
-        return cls(trackers, job, lambda: job_record(job.job_dir, job.stage, **_scoring(cfg)))
+            seconds[key] = time.perf_counter() - t0
+        session = cls(trackers, job, lambda: job_record(job.job_dir, job.stage, **_scoring(cfg)))
+        session.seconds.update(seconds)
+        return session
 
     def start(self) -> None:
         """Open (or continue) each tracker's run; called when the job is accepted."""
@@ -52,7 +59,7 @@ class JobTracking:
         path = self.job.job_dir / STATE
         state = read_state(path)
         for key, tracker in list(self.trackers.items()):
-            entry = self._guard(key, lambda: tracker.start(self.job, state.get(key)))
+            entry = self._timed(key, lambda: self._guard(key, lambda: tracker.start(self.job, state.get(key))))
             if entry is None:
                 continue
             self._open.append(key)
@@ -67,9 +74,19 @@ class JobTracking:
         for key in [k for k in self._open if k in self.trackers]:
             tracker = self.trackers[key]
             # a failed job's own error is the one to report: a tracker failing on top of it only warns
-            self._guard(key, lambda: (tracker.log(record), tracker.finish(status)), warn=status != "FINISHED")
+            self._timed(key, lambda: self._guard(key, lambda: (tracker.log(record), tracker.finish(status)),
+                                                 warn=status != "FINISHED"))
         self._open = []
+        if self.seconds:
+            log.info("trackers took %s", ", ".join(f"{k} {s:.2f} s" for k, s in self.seconds.items()))
         return record
+
+    def _timed(self, key: str, call: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
 
     def _guard(self, key: str, call: Callable[[], Any], warn: bool = False) -> Any:
         tracker = self.trackers[key]
