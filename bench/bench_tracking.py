@@ -10,6 +10,7 @@
    set against the default settings (k1 1.5, b 0.75).
 
     PYTHONPATH=src .venv/bin/python bench/bench_tracking.py [--trials 20] [--repeats 2] [--skip-default-job]
+        [--skip-study]
 """
 
 from __future__ import annotations
@@ -84,13 +85,15 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-default-job", action="store_true", help="only the retrieval job's overhead")
+    ap.add_argument("--skip-study", action="store_true", help="only the overhead")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         overhead("retrieval job (BM25, wiki_demo)", RETRIEVAL, tmp, args.repeats)
         if not args.skip_default_job:
             overhead("default run_exp job (SmolLM2, 3 examples)", ["progress=false"], tmp, args.repeats)
-        study(tmp, args.trials)
+        if not args.skip_study:
+            study(tmp, args.trials)
 
 
 if __name__ == "__main__":
