@@ -1,6 +1,8 @@
-"""Length scaling of every attribution method on SmolLM2-135M (CPU): time over one forward pass, peak memory added.
+"""Length scaling of every attribution method on SmolLM2-135M, or any ``conf/model`` option (``--model gemma3-270m``),
+on the CPU: time over one forward pass, peak memory added.
 
     OMP_NUM_THREADS=2 python bench/bench_length.py [--lengths 1024 2048 4096 8192] [--methods ifr_multi_hop attention]
+        [--model smollm2-135m]
         [--threads 2] [--repeats 3] [--method-repeats 1] [--paired] [--timeout-per-method 300] [--max-added-gib 6]
         [--profile ifr_multi_hop]
 
@@ -71,10 +73,16 @@ def build_method(name: str, overrides: tuple[str, ...] = ()):
     return build(cfg.attribution[name], f"attribution.{name}", Attributor)
 
 
-def load_model():
+def load_model(name: str = "smollm2-135m"):
+    """The ``conf/model/<name>.yaml`` model in fp32 on the CPU, eager attention (as the run stage loads it)."""
+    from omegaconf import OmegaConf
+
     from ctxbench.models import ModelConfig, load_causal_lm
 
-    lm = load_causal_lm(ModelConfig(device="cpu", dtype="float32"), need_attentions=True, cache_dir=ROOT / ".cache")
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
+                                              OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")))
+    cfg.device, cfg.dtype = "cpu", "float32"
+    lm = load_causal_lm(cfg, need_attentions=True, cache_dir=ROOT / ".cache")
     return lm.model, lm.tokenizer
 
 
@@ -152,7 +160,7 @@ def sdpa_forward(model, ids) -> None:
 
 
 def run_child(args) -> None:
-    model, tok = load_model()
+    model, tok = load_model(args.model)
     mi, sink, think = make_input(tok, args.child_length)
     ids = mi.input_ids[None]
     with torch.no_grad():  # warm kernels and the allocator on a short pass: only the measured call's memory counts
@@ -209,7 +217,7 @@ def run_child(args) -> None:
 def child(args, name: str, length: int, profile: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--child-length", str(length), "--threads", str(args.threads),
            "--repeats", str(args.repeats), "--timeout-per-method", str(args.timeout_per_method),
-           "--method-repeats", str(args.method_repeats)]
+           "--method-repeats", str(args.method_repeats), "--model", args.model]
     cmd += ["--paired"] if args.paired else []
     cmd += ["--profile", name] if profile else []
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -288,6 +296,7 @@ def fits_24gib(history: dict, model_bytes: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    ap.add_argument("--model", default="smollm2-135m", help="an option of conf/model (a local model)")
     ap.add_argument("--methods", nargs="+", default=None, help="options of conf/attribution (default: all)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads in every child")
     ap.add_argument("--repeats", type=int, default=3, help="forward passes per length (the median is the unit)")
