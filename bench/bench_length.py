@@ -321,7 +321,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"--methods: no conf/attribution/<name>.yaml for {unknown}")
     lengths = sorted(args.lengths)
-    print(f"SmolLM2-135M fp32 CPU, {args.threads} torch threads, lengths {lengths} (1/4 generated), "
+    print(f"{args.model} fp32 CPU, {args.threads} torch threads, lengths {lengths} (1/4 generated), "
           f"budget {args.timeout_per_method} s per method and length, forward = median of {args.repeats}")
     hist: dict = {m: {} for m in (*UNITS, *methods)}
     model_bytes = 0
