@@ -211,6 +211,7 @@ def run_child(args) -> None:
             rec["paired_sdpa"] = {k: statistics.median(x[k] for x in fw) for k in ("wall", "cpu")}
             rec["paired_ratio"] = {k: statistics.median(m[k] / f[k] for m, f in zip(runs, fw)) for k in ("wall", "cpu")}
     rec["model"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    rec["shape"] = [int(model.config.num_hidden_layers), int(model.config.num_attention_heads)]
     print(json.dumps(rec))
 
 
@@ -387,8 +388,10 @@ def main() -> None:
         if len(done) >= 2:
             print(f"  memory: {linear_check(sorted(done), [done[L]['added'] for L in sorted(done)])}")
             L = max(done)
-            print(f"  for scale: one layer's attention probabilities at {L} tokens (9 heads, fp32) are "
-                  f"{9 * L * L * 4 / 2 ** 20:.0f} MiB, all 30 layers {30 * 9 * L * L * 4 / 2 ** 20:.0f} MiB")
+            layers, heads = done[L].get("shape", (30, 9))
+            print(f"  for scale: one layer's attention probabilities at {L} tokens ({heads} heads, fp32) are "
+                  f"{heads * L * L * 4 / 2 ** 20:.0f} MiB, all {layers} layers "
+                  f"{layers * heads * L * L * 4 / 2 ** 20:.0f} MiB")
 
 
 if __name__ == "__main__":
