@@ -22,11 +22,15 @@
 #   compare       (no variant) the variants' reports beside the paper's Table 1: runs/table1/variants/variants.md
 #
 # TABLE1_DIR (runs/table1), TABLE1_TASKS, TABLE1_EXAMPLES (kept examples per task, 20), TABLE1_ROWS (rows the
-# sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's). The lanes set one
+# sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's); TABLE1_MODEL, another
+# option of conf/model (e.g. gemma3-270m): its lanes and reports go to <TABLE1_DIR>/<model>/ (SmolLM2's stay where
+# they are). The lanes set one
 # thread each unless OMP_NUM_THREADS is set (two lanes side by side on 2 cores do about 1.3x the work of one on both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${TABLE1_DIR:-runs/table1}
+model=${TABLE1_MODEL:-smollm2-135m}
+[ "$model" = smollm2-135m ] || out=$out/$model
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
 n_ig=${TABLE1_IG_EXAMPLES:-$n}
@@ -43,11 +47,12 @@ shift
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
 case $variant in
   gold) caption="gold continuation, no CoT: the RULER answer prefix and answer explained from the raw data" ;;
-  cot_self) caption="self-generated CoT: SmolLM2's CoT + boxed answer from the sampling stage, judged correct (rule judge)" ;;
+  cot_self) caption="self-generated CoT: $model's CoT + boxed answer from the sampling stage, judged correct (rule judge)" ;;
   cot_evidence) caption="evidence CoT (labelled synthetic): the evidence sentences restated in order, then the boxed answer sentence" ;;
 esac
 # paths relative to the project root, so that the committed manifests name no machine's folders
 common=(paths.root=.)
+[ "$model" = smollm2-135m ] || common+=("model=$model")
 # one folder per task, named by the task alone (not the lane's methods, nor its place in TABLE1_TASKS): a rerun, or a
 # second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
 sub() { echo "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$1\""; }

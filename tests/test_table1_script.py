@@ -130,3 +130,22 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
     assert "| ifr_multi_hop_both (hops=3) |" in md
     assert "| niah_mq_q2 | cache: " in md and "| evidence_cot | 1 | 1 | 1 | 1 | 1 | 1.000 |" in md
     assert "## Faithfulness by deletion set" in md and "RISE@all" in md
+
+
+def test_another_model_family_has_folders_of_its_own(tmp_path):
+    """TABLE1_MODEL=gemma3-270m: the lanes pass model=gemma3-270m and write under <TABLE1_DIR>/gemma3-270m/ (the
+    interpreter is replaced by one that prints the command it was given)."""
+    echo = tmp_path / "echo.sh"
+    echo.write_text('#!/bin/sh\necho "$@"\n')
+    echo.chmod(0o755)
+    env = dict(os.environ, TABLE1_DIR=str(tmp_path / "runs"), TABLE1_TASKS="niah_mq_q2", TABLE1_MODEL="gemma3-270m",
+               PYTHON=str(echo))
+    out = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "sample"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.split()
+    assert "model=gemma3-270m" in args and "generator=evidence_cot" in args
+    assert f"paths.samples_dir={tmp_path / 'runs' / 'gemma3-270m' / 'cot_evidence' / 'samples'}" in args
+    smol = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "sample"], capture_output=True, text=True,
+                          env={k: v for k, v in env.items() if k != "TABLE1_MODEL"})
+    assert not any(a.startswith("model=") for a in smol.stdout.split())
+    assert f"paths.samples_dir={tmp_path / 'runs' / 'cot_evidence' / 'samples'}" in smol.stdout.split()
