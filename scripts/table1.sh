@@ -24,7 +24,7 @@
 # TABLE1_DIR (runs/table1), TABLE1_TASKS, TABLE1_EXAMPLES (kept examples per task, 20), TABLE1_ROWS (rows the
 # sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's); TABLE1_MODEL, another
 # option of conf/model (e.g. gemma3-270m): its lanes and reports go to <TABLE1_DIR>/<model>/ (SmolLM2's stay where
-# they are). The lanes set one
+# they are), its RULER data, fitted to its tokenizer, to data/<model>/. The lanes set one
 # thread each unless OMP_NUM_THREADS is set (two lanes side by side on 2 cores do about 1.3x the work of one on both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,8 @@ case $variant in
 esac
 # paths relative to the project root, so that the committed manifests name no machine's folders
 common=(paths.root=.)
-[ "$model" = smollm2-135m ] || common+=("model=$model")
+# another family's RULER data is generated to its own tokenizer's lengths, in a folder of its own
+[ "$model" = smollm2-135m ] || common+=("model=$model" "paths.data_dir=data/$model")
 # one folder per task, named by the task alone (not the lane's methods, nor its place in TABLE1_TASKS): a rerun, or a
 # second lane on other tasks (TABLE1_TASKS=vt_h2_c3 bash scripts/table1.sh ig), finds it again
 sub() { echo "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset},max_examples=$1\""; }

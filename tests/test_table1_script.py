@@ -144,6 +144,7 @@ def test_another_model_family_has_folders_of_its_own(tmp_path):
     assert out.returncode == 0, out.stderr
     args = out.stdout.split()
     assert "model=gemma3-270m" in args and "generator=evidence_cot" in args
+    assert "paths.data_dir=data/gemma3-270m" in args  # RULER data fitted to Gemma's tokenizer, apart from SmolLM2's
     assert f"paths.samples_dir={tmp_path / 'runs' / 'gemma3-270m' / 'cot_evidence' / 'samples'}" in args
     smol = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "sample"], capture_output=True, text=True,
                           env={k: v for k, v in env.items() if k != "TABLE1_MODEL"})
