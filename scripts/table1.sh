@@ -30,7 +30,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${TABLE1_DIR:-runs/table1}
 model=${TABLE1_MODEL:-smollm2-135m}
-[ "$model" = smollm2-135m ] || out=$out/$model
+who=SmolLM2  # in the report's caption
+[ "$model" = smollm2-135m ] || { out=$out/$model; who=$model; }
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
 n_ig=${TABLE1_IG_EXAMPLES:-$n}
@@ -47,7 +48,7 @@ shift
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
 case $variant in
   gold) caption="gold continuation, no CoT: the RULER answer prefix and answer explained from the raw data" ;;
-  cot_self) caption="self-generated CoT: $model's CoT + boxed answer from the sampling stage, judged correct (rule judge)" ;;
+  cot_self) caption="self-generated CoT: $who's CoT + boxed answer from the sampling stage, judged correct (rule judge)" ;;
   cot_evidence) caption="evidence CoT (labelled synthetic): the evidence sentences restated in order, then the boxed answer sentence" ;;
 esac
 # paths relative to the project root, so that the committed manifests name no machine's folders
