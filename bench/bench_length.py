@@ -152,15 +152,16 @@ def _alarm(signum, frame):
     raise Budget()
 
 
-def sdpa_forward(model, ids) -> None:
+def sdpa_forward(model, ids, keep: int = 0) -> None:
     from ctxbench.models.attention import attention_kernel
 
     with attention_kernel(model, "sdpa"), torch.no_grad():
-        model(ids, use_cache=False)
+        model(ids, use_cache=False, logits_to_keep=keep)
 
 
 def run_child(args) -> None:
     model, tok = load_model(args.model)
+    keep = 1 if args.unit_logits == "last" else 0  # transformers' logits_to_keep: 0 = every position
     mi, sink, think = make_input(tok, args.child_length)
     ids = mi.input_ids[None]
     with torch.no_grad():  # warm kernels and the allocator on a short pass: only the measured call's memory counts
@@ -170,7 +171,7 @@ def run_child(args) -> None:
 
         def fwd():
             with torch.no_grad():
-                model(ids, use_cache=False)
+                model(ids, use_cache=False, logits_to_keep=keep)
 
         with attention_kernel(model, "sdpa" if args.child == "forward_sdpa" else None):
             runs = [measure(fwd) for _ in range(args.repeats)]
@@ -196,7 +197,7 @@ def run_child(args) -> None:
                 runs = []
                 for _ in range(args.method_repeats):
                     if args.paired:  # the sdpa forward in the same process, interleaved: immune to slow drifts
-                        fw.append(measure(lambda: sdpa_forward(model, ids)))
+                        fw.append(measure(lambda: sdpa_forward(model, ids, keep)))
                     runs.append(measure(lambda: method.attribute(model, tok, mi, sink, think)))
                 r = runs[0]
         finally:
@@ -218,7 +219,7 @@ def run_child(args) -> None:
 def child(args, name: str, length: int, profile: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--child-length", str(length), "--threads", str(args.threads),
            "--repeats", str(args.repeats), "--timeout-per-method", str(args.timeout_per_method),
-           "--method-repeats", str(args.method_repeats), "--model", args.model]
+           "--method-repeats", str(args.method_repeats), "--model", args.model, "--unit-logits", args.unit_logits]
     cmd += ["--paired"] if args.paired else []
     cmd += ["--profile", name] if profile else []
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -298,6 +299,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     ap.add_argument("--model", default="smollm2-135m", help="an option of conf/model (a local model)")
+    ap.add_argument("--unit-logits", choices=("all", "last"), default="all",
+                    help="the unit forward's logits: every position's, or the last one's (a large vocabulary at long "
+                         "lengths: Gemma 3's 262k-token head makes 16 GiB of logits at 16k tokens)")
     ap.add_argument("--methods", nargs="+", default=None, help="options of conf/attribution (default: all)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads in every child")
     ap.add_argument("--repeats", type=int, default=3, help="forward passes per length (the median is the unit)")
@@ -322,7 +326,9 @@ def main() -> None:
     if unknown:
         sys.exit(f"--methods: no conf/attribution/<name>.yaml for {unknown}")
     lengths = sorted(args.lengths)
-    print(f"{args.model} fp32 CPU, {args.threads} torch threads, lengths {lengths} (1/4 generated), "
+    which = "every position's" if args.unit_logits == "all" else "the last position's"
+    print(f"{args.model} fp32 CPU, {args.threads} torch threads, lengths {lengths} (1/4 generated), unit forward "
+          f"with {which} logits, "
           f"budget {args.timeout_per_method} s per method and length, forward = median of {args.repeats}")
     hist: dict = {m: {} for m in (*UNITS, *methods)}
     model_bytes = 0
