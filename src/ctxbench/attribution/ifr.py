@@ -118,14 +118,18 @@ class LayerView:
             w = w * scale
         if self.lc.attn is not None:
             return torch.bmm(w.expand(H, 1, -1), self.attn_rows(rows, scaled=False)[..., :n])[:, 0]
-        e = self._scores(rows, buf, n, bounds)
         if self.lc.lse is not None:  # already log-probabilities
-            return torch.bmm(w.expand(H, 1, -1), e.exp_())[:, 0]
+            return torch.bmm(w.expand(H, 1, -1), self._scores(rows, buf, n, bounds).exp_())[:, 0]
+        # a sliding-window layer: the rows see only sources lo.. (earlier ones have alpha = 0 and are not formed)
+        sw = self.ad.sliding_window(self.li)
+        lo = max(0, bounds[0] - sw + 1) if sw else 0
+        e = self._scores(rows, buf, n, bounds, lo)
         e.sub_(e.amax(-1, keepdim=True)).exp_()  # softmax numerators; the row sums are divided into the weights
-        return torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
+        out = torch.bmm((w[None] / e.sum(-1))[:, None, :], e)[:, 0]
+        return torch.nn.functional.pad(out, (lo, 0)) if lo else out
 
     def _scores(self, rows: torch.Tensor, buf: Optional[torch.Tensor] = None, n: Optional[int] = None,
-                bounds: Optional[tuple] = None) -> torch.Tensor:
+                bounds: Optional[tuple] = None, lo: int = 0) -> torch.Tensor:
         """Masked attention logits (H, R, n) of the given sink rows over sources 0..n-1 (default n_src), in
         ``buf`` when given; log-probabilities when the capture kept the kernel's log-sum-exp (``lse``), subtracted
         inside the product itself: the queries carry ``-lse`` as one more coordinate against a column of ones in the
@@ -133,21 +137,23 @@ class LayerView:
         ad, R, N = self.ad, rows.numel(), self.n_src if n is None else n
         if self.lc.lse is None:
             q = self.cap.queries(self.li, rows) * ad.scaling(self.li)  # (H, R, dh)
-            keys = self.cap.kv(self.li)[0][:, :N]  # (Hkv, N, dh)
+            keys = self.cap.kv(self.li)[0][:, lo:N]  # (Hkv, N - lo, dh)
         else:
             q, keys = self._with_lse()
-            q, keys = q[:, rows - self.cap.row_start], keys[:, :N]
-        # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N) product per KV head
+            q, keys = q[:, rows - self.cap.row_start], keys[:, lo:N]
+        # query head h = kv * group + i reads KV head kv: one (group*R, dh) x (dh, N - lo) product per KV head
         q = q.reshape(ad.n_kv_heads, ad.group * R, q.shape[-1])
-        out = None if buf is None else buf[:ad.n_heads * R * N].view(ad.n_kv_heads, ad.group * R, N)
-        scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, N)
+        M = N - lo  # scores of sources lo..N-1
+        out = None if buf is None else buf[:ad.n_heads * R * M].view(ad.n_kv_heads, ad.group * R, M)
+        scores = torch.bmm(q, keys.transpose(1, 2), out=out).view(ad.n_heads, R, M)
         sw = ad.sliding_window(self.li)
-        c0 = 0 if sw else (bounds or _bounds(rows))[0] + 1  # causal masking only touches sources after the first row
+        # causal masking only touches sources after the first row (a window: every source may be out of it)
+        c0 = lo if sw else max(lo, (bounds or _bounds(rows))[0] + 1)
         j = torch.arange(c0, N, device=rows.device)
         blocked = j[None, :] > rows[:, None]
         if sw:
             blocked |= j[None, :] <= rows[:, None] - sw
-        scores[:, :, c0:].masked_fill_(blocked[None], float("-inf"))
+        scores[:, :, c0 - lo:].masked_fill_(blocked[None], float("-inf"))
         return scores
 
     def _with_lse(self) -> tuple:
