@@ -26,6 +26,8 @@ SUMMARY = "summary.json"
 SUMMARY_MD = "summary.md"
 SHARD = "shard.json"
 FUNNEL = "funnel.json"
+RETRIEVAL_JSON = "retrieval.json"  # a mode=retrieval job's results (ctxbench.retrieval.report)
+RETRIEVAL_MD = "retrieval.md"
 
 
 @dataclass(frozen=True)

@@ -71,5 +71,5 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("ctxbench.run_group", run_group, replace=True)
     from ctxbench.tracking.objective import direction_resolver
 
-    # hydra.sweeper.direction of conf/hydra/sweeper/optuna.yaml
+    # the direction of hydra/sweeper=optuna (tracking.objective.OPTUNA_DEFAULTS, conf/experiment/optuna_*.yaml)
     OmegaConf.register_new_resolver("ctxbench.objective_direction", direction_resolver, replace=True)

@@ -1,4 +1,5 @@
-"""A tokenizer's end-of-sequence ids, which several parts need (stop rules, padding, baselines)."""
+"""What several parts ask of a tokenizer: its end-of-sequence ids (stop rules, padding, baselines), whether it has a
+chat template."""
 
 from __future__ import annotations
 
@@ -19,3 +20,8 @@ def eos_id(tokenizer) -> int:
     if not ids:
         raise ValueError(f"tokenizer {tokenizer_name(tokenizer)!r} has no EOS token to pad with")
     return ids[0]
+
+
+def has_chat_template(tokenizer) -> bool:
+    """Whether prompts are wrapped in the tokenizer's chat template (a base model's tokenizer has none: plain text)."""
+    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))

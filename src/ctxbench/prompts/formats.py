@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from ctxbench.spans import tokens_overlapping
-from ctxbench.tokens import eos_id
+from ctxbench.tokens import eos_id, has_chat_template
 
 PROMPT_FORMATS = ("table1", "bare")
 TABLE1_PREFIX = "Context: "
@@ -64,10 +64,6 @@ def format_prompt_text(tokenizer, prompt: str, prompt_format: str) -> tuple[str,
     if where < 0:
         raise ValueError("the chat template altered the user message; cannot locate the prompt inside it")
     return text, where + len(TABLE1_PREFIX)
-
-
-def has_chat_template(tokenizer) -> bool:
-    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def build_model_input(tokenizer, prompt: str, target: str, prompt_format: str = "table1") -> ModelInput:

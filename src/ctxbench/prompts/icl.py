@@ -30,6 +30,8 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from ctxbench.tokens import has_chat_template
+
 HUMAN, BOT, SYSTEM = "HUMAN", "BOT", "SYSTEM"
 ROLES = (HUMAN, BOT, SYSTEM)
 CHAT_ROLE = {HUMAN: "user", BOT: "assistant", SYSTEM: "system", None: "user"}
@@ -126,7 +128,7 @@ class RenderedPrompt:
     def for_model(self, tokenizer=None, system_role: Optional[bool] = None) -> ModelPrompt:
         """The chat form when ``tokenizer`` has a chat template, the plain text otherwise. ``system_role`` None:
         probe the tokenizer's template."""
-        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        if not has_chat_template(tokenizer):
             return ModelPrompt(text=self.text, messages=None)
         if system_role is None:
             system_role = chat_supports_system(tokenizer)

@@ -16,11 +16,10 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ctxbench.errors import ConfigError
-from ctxbench.results import is_attribution_job, job_dirs
+from ctxbench.results import RETRIEVAL_JSON, RETRIEVAL_MD, is_attribution_job, job_dirs
 from ctxbench.retrieval.metrics import parse_metric_key
 
-RESULTS_JSON = "retrieval.json"
-RESULTS_MD = "retrieval.md"
+RESULTS_JSON, RESULTS_MD = RETRIEVAL_JSON, RETRIEVAL_MD  # (named in ctxbench.results)
 LABELS = {"ndcg": "NDCG", "map": "MAP", "recall": "Recall", "precision": "P", "mrr": "MRR", "recall_cap": "R_cap"}
 
 

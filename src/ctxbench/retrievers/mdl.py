@@ -31,6 +31,7 @@ from ctxbench.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
 from ctxbench.retrievers.base import Retrieved, Row, rank_scores, row_id, row_rng
 from ctxbench.retrievers.dense import DenseRetriever
+from ctxbench.tokens import has_chat_template
 
 
 def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_tokens: bool,
@@ -142,7 +143,7 @@ class MDLRetriever(DenseRetriever):
     def _ranked(self, queries: list[Row], k: int, q_emb: np.ndarray) -> list[Retrieved]:
         ranked = self.ranked_hits(queries, q_emb, max(self.candidate_num, k), need=k)
         model, tok = (None, None) if k == 0 else self._lm()
-        chat = tok is not None and bool(getattr(tok, "chat_template", None))
+        chat = has_chat_template(tok)
         if k == 0:
             return [Retrieved([], []) for _ in queries]
         out = []

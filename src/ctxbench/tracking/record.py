@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ctxbench.results import FUNNEL, MANIFEST, RESULTS, SUMMARY
+from ctxbench.results import FUNNEL, MANIFEST, RESULTS, RETRIEVAL_JSON, SUMMARY
 
-RETRIEVAL_JSON = "retrieval.json"  # (ctxbench.retrieval.report.RESULTS_JSON, not imported: it pulls in pytrec_eval)
 STATE = "tracking.json"  # a job's (or a sweep's) tracker run ids, so that a resumed job continues its run
 OWN_FILES = (STATE, "metrics.csv", "params.csv")  # what the trackers themselves write into the job folder
 # folders whose files are kept as artifacts (large per-example outputs, traces and search results, are not)

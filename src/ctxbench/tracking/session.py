@@ -36,7 +36,7 @@ class JobTracking:
         """The trackers of ``cfg.logger`` (none when the config has no such group), each checked (module doc)."""
         from ctxbench.parts import build_all
 
-        nodes = cfg.get("logger") if hasattr(cfg, "get") else None
+        nodes = cfg.get("logger")
         trackers = build_all(nodes, "logger", Tracker) if nodes else {}
         seconds = {}
         for key, tracker in list(trackers.items()):
@@ -59,7 +59,7 @@ class JobTracking:
         path = self.job.job_dir / STATE
         state = read_state(path)
         for key, tracker in list(self.trackers.items()):
-            entry = self._timed(key, lambda: self._guard(key, lambda: tracker.start(self.job, state.get(key))))
+            entry = self._guard(key, lambda: tracker.start(self.job, state.get(key)))
             if entry is None:
                 continue
             self._open.append(key)
@@ -71,25 +71,19 @@ class JobTracking:
         if not self.started:
             return None
         record = self._record()
-        for key in [k for k in self._open if k in self.trackers]:
+        for key in self._open:
             tracker = self.trackers[key]
             # a failed job's own error is the one to report: a tracker failing on top of it only warns
-            self._timed(key, lambda: self._guard(key, lambda: (tracker.log(record), tracker.finish(status)),
-                                                 warn=status != "FINISHED"))
+            self._guard(key, lambda: (tracker.log(record), tracker.finish(status)), warn=status != "FINISHED")
         self._open = []
         if self.seconds:
             log.info("trackers took %s", ", ".join(f"{k} {s:.2f} s" for k, s in self.seconds.items()))
         return record
 
-    def _timed(self, key: str, call: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return call()
-        finally:
-            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
-
     def _guard(self, key: str, call: Callable[[], Any], warn: bool = False) -> Any:
+        """``call()`` timed (``seconds``); its failure is one line naming the tracker, or a warning that drops it."""
         tracker = self.trackers[key]
+        t0 = time.perf_counter()
         try:
             return call()
         except Exception as exc:
@@ -101,11 +95,13 @@ class JobTracking:
                         "the job had already failed")
             del self.trackers[key]
             return None
+        finally:
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
 
 
 def _scoring(cfg: Any) -> dict[str, Any]:
     """run_exp's scorers and views (the metrics with steps come from them); nothing for other stages."""
-    mode = cfg.get("mode") if hasattr(cfg, "get") else None
+    mode = cfg.get("mode")
     if not mode:
         return {}
     from ctxbench.metrics.scorer import Scorer

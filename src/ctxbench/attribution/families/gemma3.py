@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ctxbench.attribution.families.base import UnsupportedModelError, _w
+from ctxbench.attribution.families.base import _w
 from ctxbench.attribution.families.llama import LlamaLikeAdapter
 
 
@@ -29,11 +29,6 @@ class Gemma3Adapter(LlamaLikeAdapter):
     mid_name = "pre_feedforward_layernorm"
     post_attn_norm_name = "post_attention_layernorm"
     _FORBIDDEN = ()
-
-    def __init__(self, model, dtype: torch.dtype = torch.float32):
-        super().__init__(model, dtype)
-        if any(getattr(self.attn(li), "attn_logit_softcapping", None) for li in range(self.n_layers)):
-            raise UnsupportedModelError("Gemma: attention logit soft-capping is not supported")
 
     def _gain(self, li: int) -> torch.Tensor:
         return 1.0 + _w(self.post_attn_norm(li).weight, self.dtype)  # Gemma's RMSNorm multiplies by (1 + w)

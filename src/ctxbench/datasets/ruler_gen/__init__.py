@@ -28,6 +28,7 @@ from typing import Optional, Union
 
 from ctxbench.errors import UnknownDatasetError
 from ctxbench.files import atomic_write_text
+from ctxbench.tokens import has_chat_template
 
 from . import niah, qa, vt
 from .common import answer_token_position, make_record
@@ -81,7 +82,7 @@ def task_spec(task: str) -> TaskSpec:
 
 
 def _template_tokens(tokenizer, counter: TokenCounter) -> int:
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return 0
     probe = "x"
     out = tokenizer.apply_chat_template([{"role": "user", "content": probe}], add_generation_prompt=True, tokenize=True)
