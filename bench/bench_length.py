@@ -17,6 +17,8 @@ Each method is built from its own ``conf/attribution/<name>.yaml`` (Hydra compos
 warmed with a short pass, the kernel's peak-RSS mark is reset (``/proc/self/clear_refs`` = 5), and the method runs once.
 Peak memory added = VmHWM after the call - VmRSS before it: the exact resident high-water mark of the call, all
 allocators included (torch's CPU allocator returns large blocks to the OS, so this is what the method needs).
+Beside it, the estimate the run stage checks up front (``Attributor.memory_need``, ctxbench.attribution.memory) and
+measured / estimate.
 Time: wall (perf_counter) and CPU (process_time, all threads) of the ``attribute`` call. The unit per length is one
 plain forward pass (no gradient, no cache, all logits), the median of ``--repeats``, measured the same way, both with
 the eager attention the model is loaded with and with sdpa (the faster kernel, the stricter unit).
@@ -45,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from ctxbench.attribution.memory import ModelShape
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2 ** 30
@@ -207,6 +211,8 @@ def run_child(args) -> None:
             return
         rec = {k: statistics.median(x[k] for x in runs) for k in ("wall", "cpu")}
         rec["added"] = max(x["added"] for x in runs)
+        need = method.memory_need(ModelShape.of(model), int(mi.input_ids.numel()), int(mi.G))
+        rec["estimate"] = need.bytes if need is not None else None  # the run stage's up-front estimate
         rec["timings"] = {k: round(v, 3) for k, v in r["out"].timings.items()}
         if fw:
             rec["paired_sdpa"] = {k: statistics.median(x[k] for x in fw) for k in ("wall", "cpu")}
@@ -361,8 +367,10 @@ def main() -> None:
                       f"fwd ({r['paired_sdpa']['wall']:.2f} s)  " if "paired_ratio" in r else "")
             units = "".join(f"{r['wall'] / hist[u][L]['wall']:7.2f}x {u.split('_')[1]} fwd "
                             f"(cpu {r['cpu'] / hist[u][L]['cpu']:.2f}x)  " for u in args.units)
-            print(f"[{L:5d}] {m:22s} {r['wall']:8.2f} s wall {r['cpu']:8.2f} s cpu  +{r['added'] / 2 ** 20:7.0f} MiB  "
-                  f"{units}{paired}{r['timings']}", flush=True)
+            est = (f" (estimate {r['estimate'] / 2 ** 20:.0f}, measured/estimate {r['added'] / r['estimate']:.2f})"
+                   if r.get("estimate") else "")
+            print(f"[{L:5d}] {m:22s} {r['wall']:8.2f} s wall {r['cpu']:8.2f} s cpu  +{r['added'] / 2 ** 20:7.0f} MiB"
+                  f"{est}  {units}{paired}{r['timings']}", flush=True)
 
     print("\nsummary, ratios to one forward pass: wall and cpu / eager forward, wall and cpu / sdpa forward; "
           "'-' not run")

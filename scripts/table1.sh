@@ -13,8 +13,10 @@
 #                 sentence, through the same sampling stage (generator=evidence_cot), then explained
 # LANE:
 #   sample        (cot_* only) sample_and_filter over the tasks: caches in <variant>/samples/, funnel.json per task
-#   faith         the seven methods other than IG: faithfulness (with every method also under the common deletion
-#                 sets all / nonstop, cot_* only) and recovery (FlashTrace with hops=1, the Table-1 figure)
+#   faith         the seven methods other than IG (another model: the five of the family comparison, FlashTrace,
+#                 per-token IFR, attention, perturbation, AttnLRP; TABLE1_METHODS sets them): faithfulness (with every
+#                 method also under the common deletion sets all / nonstop, cot_* only) and recovery (FlashTrace with
+#                 hops=1, the Table-1 figure)
 #   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
 #   rec           FlashTrace's recovery alone: hops=3 (a labelled sensitivity row), and for gold also hops=1 with the
 #                 stop-token recall (gold's faith lane predates it)
@@ -31,7 +33,11 @@ cd "$(dirname "$0")/.."
 out=${TABLE1_DIR:-runs/table1}
 model=${TABLE1_MODEL:-smollm2-135m}
 who=SmolLM2  # in the report's caption
-[ "$model" = smollm2-135m ] || { out=$out/$model; who=$model; }
+methods=ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation
+# another family: the methods the family comparison sets side by side (on Gemma 3 each method takes minutes per
+# example on a CPU core: 21 deletion passes per view and deletion set through a 262k-token vocabulary)
+[ "$model" = smollm2-135m ] || { out=$out/$model; who=$model; methods=ifr_multi_hop_both,ifr_all_positions,attention,attnlrp,perturbation; }
+methods=${TABLE1_METHODS:-$methods}
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
 n_ig=${TABLE1_IG_EXAMPLES:-$n}
@@ -84,7 +90,7 @@ case $lane in
   faith)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
       hydra.sweep.dir="$vdir/faith_rec" \
-      'attribution=[ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation]' "$@" ;;
+      "attribution=[$methods]" "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n_ig" "$(sub "$n_ig")" \

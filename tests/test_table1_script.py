@@ -150,3 +150,19 @@ def test_another_model_family_has_folders_of_its_own(tmp_path):
                           env={k: v for k, v in env.items() if k != "TABLE1_MODEL"})
     assert not any(a.startswith("model=") for a in smol.stdout.split())
     assert f"paths.samples_dir={tmp_path / 'runs' / 'cot_evidence' / 'samples'}" in smol.stdout.split()
+    # the faith lane: another family runs the five methods of the family comparison, SmolLM2 the seven;
+    # TABLE1_METHODS sets them
+    for samples in (tmp_path / "runs" / "gemma3-270m" / "cot_evidence" / "samples",
+                    tmp_path / "runs" / "cot_evidence" / "samples"):
+        samples.mkdir(parents=True, exist_ok=True)
+        (samples / "niah_mq_q2.jsonl").write_text("{}\n")
+    five = "attribution=[ifr_multi_hop_both,ifr_all_positions,attention,attnlrp,perturbation]"
+    gemma = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "faith"], env=env, capture_output=True, text=True)
+    assert gemma.returncode == 0 and five in gemma.stdout.split(), gemma.stderr
+    smol = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "faith"], capture_output=True, text=True,
+                          env={k: v for k, v in env.items() if k != "TABLE1_MODEL"})
+    assert ("attribution=[ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,"
+            "perturbation]") in smol.stdout.split()
+    chosen = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "faith"], capture_output=True, text=True,
+                            env=dict(env, TABLE1_METHODS="attention"))
+    assert "attribution=[attention]" in chosen.stdout.split()

@@ -94,6 +94,12 @@ class RunConfig(TrackingConfig, RunOutputs, DataConfig):
     shard: ShardConfig = field(default_factory=ShardConfig)  # docs/scale-out.md: this job attributes one slice
     merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
     dry_run: bool = False
+    # refuse up front a method or mode whose estimated memory on the longest input is above the memory free
+    # (ctxbench.attribution.memory); false tries anyway
+    memory_check: bool = True
+    # the memory the run may use over the loaded model, in GiB; null: what is free when the run starts (a container's
+    # cgroup limit below that is not seen: set it here)
+    memory_budget_gib: Optional[float] = param(None, gt=0)
     progress: bool = True
     # latest | <job or sweep folder>: go on with that run instead of starting a new folder (conf/hydra/default.yaml)
     resume: Optional[str] = None

@@ -10,11 +10,14 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
 from ctxbench.part import Part
+
+if TYPE_CHECKING:
+    from ctxbench.attribution.memory import ModelShape, Need
 
 Span = Optional[Sequence[int]]
 
@@ -82,6 +85,11 @@ class Attributor(Part, ABC):
     @abstractmethod
     def _attribute(self, model, tokenizer, ctx: "InputContext", sink, think, timings: dict) -> AttributionResult:
         ...
+
+    def memory_need(self, shape: "ModelShape", T: int, G: int) -> Optional["Need"]:
+        """Estimated memory this method adds over the loaded model on an input of T tokens, G of them generated
+        (``ctxbench.attribution.memory``); None: no estimate, never refused up front."""
+        return None
 
 
 @dataclass

@@ -18,6 +18,8 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, empty_matrix
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
+from ctxbench.attribution.memory import (Need, forward_transient, ifr_capture, result_matrix, saved_for_backward,
+                                         scored_logits)
 from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
@@ -71,6 +73,12 @@ class AttentionAttributor(_Baseline):
             full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch,
                                                 self.attn_implementation)
         return self._finish(ctx, full, timings, t0)
+
+    def memory_need(self, shape, T, G):
+        # the capture of the generated rows, 64 of their attention rows at a time, the result
+        need = Need(ifr_capture(shape, T, G) + forward_transient(shape, T) + 64 * T * shape.heads * 4
+                    + result_matrix(T, G), f"the capture of {shape.layers} layers")
+        return need + gradient_need(shape, T, G, self.ig_batch) if self.times_ig else need
 
 
 def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str]) -> torch.Tensor:
@@ -137,6 +145,13 @@ def explaining(model) -> Iterator[None]:
         model.train(was_training)
 
 
+def gradient_need(shape, T: int, G: int, batch: int) -> Need:
+    """A forward pass of ``batch`` inputs kept for the backward passes, their scored logits with gradients, the
+    (rows x T) result."""
+    return Need(saved_for_backward(shape, T, batch) + scored_logits(shape, G, batch, copies=3) + result_matrix(T, G),
+                f"the activations of {shape.layers} layers kept for the backward pass")
+
+
 @dataclass
 class _GradBaseline(_Baseline):
     """``attn_implementation``: the attention kernel of the gradient passes ("sdpa"; None keeps the loaded one)."""
@@ -154,6 +169,9 @@ class _GradBaseline(_Baseline):
 class InputXGradientAttributor(_GradBaseline):
     name: ClassVar[str] = "input_x_gradient"
 
+    def memory_need(self, shape, T, G):
+        return gradient_need(shape, T, G, 1)
+
     def _scores(self, model, tokenizer, ctx):
         x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
         return _grad_x_input(model, x, ctx, x.detach().float(), self.attn_implementation)
@@ -167,6 +185,9 @@ class IntegratedGradientsAttributor(_GradBaseline):
     ig_steps: int = param(20, ge=2)
     ig_batch: int = neutral(4, ge=1)
 
+    def memory_need(self, shape, T, G):
+        return gradient_need(shape, T, G, min(int(self.ig_batch), int(self.ig_steps)))
+
     def _scores(self, model, tokenizer, ctx):
         return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation)
 
@@ -178,6 +199,9 @@ class RandomAttributor(_Baseline):
 
     name: ClassVar[str] = "random"
     seed: int = 0
+
+    def memory_need(self, shape, T, G):
+        return Need(2 * result_matrix(T, G), "the result matrix")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
+from ctxbench.attribution.memory import ablation_passes
 from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores,
                                                spread_onto_tokens)
 from ctxbench.batching import run_in_batches
@@ -211,6 +212,9 @@ class ContextCiteAttributor(Attributor):
     def __post_init__(self):
         if self.cv_folds > self.n_ablations:
             raise refuse("cv_folds", self.cv_folds, f"more folds than the {self.n_ablations} ablations")
+
+    def memory_need(self, shape, T, G):
+        return ablation_passes(shape, T, G, int(self.batch_size))
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()

@@ -36,6 +36,7 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix
 from ctxbench.attribution.capture import Capture, capture
+from ctxbench.attribution.memory import Need, attention_rows, forward_transient, ifr_capture, result_matrix
 from ctxbench.part import neutral
 
 _BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rounding (~head_dim x eps)
@@ -370,6 +371,14 @@ class IFRAttributorBase(Attributor):
     def cfg(self) -> IFRConfig:
         return IFRConfig(tau=float(self.tau), sink_chunk=int(self.sink_chunk), chunk_elems=int(self.chunk_elems),
                          f_cache_bytes=int(self.f_cache_bytes))
+
+    def memory_need(self, shape, T, G):
+        # the capture, the pass's working tensors, one layer's head outputs (kept up to f_cache_bytes), the result
+        need = (ifr_capture(shape, T, G) + forward_transient(shape, T) + result_matrix(T, G)
+                + min(int(self.f_cache_bytes), T * shape.heads * shape.d * shape.elem))
+        if not self.recompute_attention:
+            need += attention_rows(shape, T, G)
+        return Need(need, f"IFR's capture of {shape.layers} layers")
 
     def _capture(self, model, ctx: InputContext, timings: dict):
         t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor
+from ctxbench.attribution.memory import ablation_passes
 from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
@@ -150,6 +151,9 @@ class PerturbationAttributor(Attributor):
     spread: str = param("copy", choices=SPREADS)
     batch_size: int = neutral(4, ge=1)
     forward_attn_impl: Optional[str] = "sdpa"
+
+    def memory_need(self, shape, T, G):
+        return ablation_passes(shape, T, G, int(self.batch_size), kl=self.objective == "kl")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()

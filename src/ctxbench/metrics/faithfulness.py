@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ctxbench.attribution.base import stop_mask
+from ctxbench.attribution.memory import Need, scoring_passes
 from ctxbench.batching import run_in_batches
 from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
 from ctxbench.models.attention import attention_kernel
@@ -343,6 +344,10 @@ class FaithfulnessScorer(Scorer):
             known = {}
             self._memo = (weakref.ref(model), key, known)
         return known
+
+    def memory_need(self, shape, T, G):
+        return Need(scoring_passes(shape, T, G, int(self.batch_size)),
+                    f"{self.batch_size} deletion passes at a time and their logits over {shape.vocab:,} tokens")
 
     def metrics(self) -> list[Metric]:
         return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES] + [

@@ -55,6 +55,11 @@ class Scorer(Part, ABC):
     def check(self, examples: list, dataset: str) -> None:
         """Raise ``ExampleRefused`` when the data cannot be scored at all (called before the model is loaded)."""
 
+    def memory_need(self, shape, T: int, G: int):
+        """Estimated memory the scoring of one attribution adds over the loaded model on an input of T tokens, G
+        generated (a ``ctxbench.attribution.memory.Need``); None: no estimate (the scorer runs no model)."""
+        return None
+
     @abstractmethod
     def score(self, model, tokenizer, prepared, result, weights: dict[str, np.ndarray]) -> dict[str, Any]:
         """Record fields for one example and one attribution (``weights``: prompt weights per view); the field

@@ -13,11 +13,13 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from ctxbench import progress
 from ctxbench.attribution import Attributor, save_trace
+from ctxbench.attribution.memory import GIB, ModelShape, check_fits, free_bytes
 from ctxbench.conf import RunConfig, to_plain
 from ctxbench.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
@@ -136,20 +138,25 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         todo = {k: v for k, v in todo.items() if v}
         if len(todo) < len(examples):
             log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
-        # one step of the bar per (example, method); its label names the method and the step under way (an example
-        # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
-        bar = progress.bar(sum(map(len, todo.values())), f"run_exp {source.name}", "method", leave=True)
-        per_example: list[float] = []
-        for n, ex in enumerate((e for e in examples if e.example_id in todo), 1):
-            t0 = time.perf_counter()
+        ready = []
+        for ex in (e for e in examples if e.example_id in todo):
             try:
-                prepared = prepare_example(ex, tok, cfg.prompt_format)
+                ready.append((ex, prepare_example(ex, tok, cfg.prompt_format)))
             except ExampleRefused as exc:
                 refused.append(str(exc))
                 refused_ids.append(ex.example_id)
                 log.warning("skipped: %s", exc)
-                bar.update(len(todo[ex.example_id]))
-                continue
+        if cfg.memory_check:  # before the first example, not minutes into it
+            _check_memory(model, [p.model_input for _, p in ready],
+                          {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
+                          scorers, cfg.memory_budget_gib)
+        # one step of the bar per (example, method); its label names the method and the step under way (an example
+        # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
+        bar = progress.bar(sum(len(todo[ex.example_id]) for ex, _ in ready), f"run_exp {source.name}", "method",
+                           leave=True)
+        per_example: list[float] = []
+        for n, (ex, prepared) in enumerate(ready, 1):
+            t0 = time.perf_counter()
             pending = {m: methods[m] for m in todo[ex.example_id]}
 
             def on_step(method: str, step: str, n=n) -> None:
@@ -186,6 +193,24 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if cfg.html:
         write_run_html(output_dir, title, cfg.heatmaps)
     return summary
+
+
+def _check_memory(model, inputs: list, methods: dict[str, Attributor], scorers: dict,
+                  budget_gib: Optional[float]) -> None:
+    """Refuse, in one line, the methods and modes whose estimated memory on the longest input (and the most generated
+    tokens) is above the memory free now, with the model loaded (or above ``budget_gib``)."""
+    if not inputs:
+        return
+    shape = ModelShape.of(model)
+    T = max(int(mi.input_ids.numel()) for mi in inputs)
+    G = max(int(mi.G) for mi in inputs)
+    needs = [(f"attribution.{name}", m.memory_need(shape, T, G)) for name, m in methods.items()]
+    needs += [(f"mode.{name}", s.memory_need(shape, T, G)) for name, s in scorers.items()]
+    if budget_gib is None:
+        free, where = free_bytes(next(model.parameters()).device)
+    else:
+        free, where = int(budget_gib * GIB), "memory_budget_gib"
+    check_fits(needs, T, G, free, where)
 
 
 def _kept(results: AppendOnlyJsonl, examples, methods: list[str], path: Path) -> str:

@@ -1,0 +1,118 @@
+"""Up-front memory estimates (ctxbench.attribution.memory): the model shapes read from each family's config, the terms
+against hand-computed byte counts, every method and the faithfulness scorer estimated, the one-line refusal of the run
+stage before any attribution, and (slow) the estimates against the peak resident memory measured on the real models."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ctxbench.attribution.memory import (GIB, ModelShape, Need, check_fits, ifr_capture, saved_for_backward,
+                                         scored_logits)
+from ctxbench.errors import ConfigError
+from ctxbench.stages.run import RESULTS, run_stage
+
+from helpers.cli import run_script
+from helpers.configs import run_cfg, tmp_paths
+from helpers.tiny_models import make, method_classes, tiny_model
+
+SMOLLM2 = ModelShape(layers=30, d=576, heads=9, kv_heads=3, head_dim=64, intermediate=1536, vocab=49152)
+
+
+@pytest.mark.parametrize("family, intermediate, kv, rope, masks", [
+    ("llama", 128, 2, 1, 0), ("qwen2", 128, 2, 1, 0), ("gemma3", 128, 2, 2, 2), ("gpt2", 256, 4, 0, 0)])
+def test_shape_of_each_family(family, intermediate, kv, rope, masks):
+    s = ModelShape.of(tiny_model(family))
+    assert (s.layers, s.d, s.heads, s.kv_heads, s.head_dim, s.vocab, s.elem) == (2, 64, 4, kv, 16, 64, 4)
+    # GPT-2's MLP is 4 d wide (n_inner unset); Gemma 3 keeps a rotary table and a T x T mask per attention type
+    # (sliding and full), GPT-2 no rotary table; Qwen2's sliding window is off
+    assert (s.intermediate, s.rope_tables, s.masks) == (intermediate, rope, masks)
+    assert ModelShape.of(tiny_model("llama").double()).elem == 8
+
+
+def test_terms_by_hand():
+    # SmolLM2 at 1,024 tokens, 256 of them generated; per position and layer: 8 x 576 + 3 x 9 x 64 + 2 x (2 x 3 x 64)
+    # + 5 x 1536 = 14,784 floats saved for the backward pass
+    assert saved_for_backward(SMOLLM2, 1024) == 1024 * 30 * 14784 * 4 == 1_816_657_920
+    # keys and values (384 floats) of every position and layer, one rotary table (2 x 64 per position), and for the
+    # 256 rows the two residual streams and the queries (2 x 576 + 576)
+    assert ifr_capture(SMOLLM2, 1024, 256) == (1024 * 30 * 384 + 1024 * 128 + 256 * 30 * 1728) * 4 == 100_794_368
+    assert scored_logits(SMOLLM2, 256, batch=4) == 2 * 4 * 256 * 49152 * 4
+
+
+def test_every_method_and_faithfulness_have_an_estimate_that_grows_with_length():
+    from ctxbench.metrics.faithfulness import FaithfulnessScorer
+
+    for name in method_classes():
+        m = make(name)
+        small, large = m.memory_need(SMOLLM2, 1024, 256), m.memory_need(SMOLLM2, 4096, 1024)
+        assert isinstance(small, Need) and small.what, name
+        assert large.bytes > small.bytes, name
+    # IFR's capture and the gradients' activations are linear in length; the attention baseline keeps the capture
+    for name in ("ifr_multi_hop_both", "ifr_all_positions", "attnlrp", "input_x_gradient"):
+        m = make(name)
+        assert m.memory_need(SMOLLM2, 4096, 1024).bytes < 4.6 * m.memory_need(SMOLLM2, 1024, 256).bytes, name
+    # integrated gradients: ig_batch points share one backward pass
+    assert (make("integrated_gradients", ig_batch=4).memory_need(SMOLLM2, 1024, 256).bytes
+            > 3.5 * make("integrated_gradients", ig_batch=1).memory_need(SMOLLM2, 1024, 256).bytes)
+    f = FaithfulnessScorer(batch_size=4)
+    assert f.memory_need(SMOLLM2, 1024, 256).bytes > scored_logits(SMOLLM2, 256, batch=4)
+
+
+def test_check_fits_names_every_part_that_does_not_fit_in_one_line():
+    needs = [("attribution.attnlrp", Need(40 * GIB, "activations")), ("attribution.random", Need(1, "matrix")),
+             ("attribution.ifr_multi_hop", None), ("mode.faithfulness", Need(30 * GIB, "passes"))]
+    check_fits(needs[1:3], 32768, 8192, 20 * GIB, "memory available on the host")  # nothing over: no error
+    with pytest.raises(ConfigError) as err:
+        check_fits(needs, 32768, 8192, 20 * GIB, "memory available on the host")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("attribution.attnlrp about 40.0 GiB (activations); mode.faithfulness about 30.0 GiB (passes) "
+                          "for an input of 32,768 tokens (8,192 generated), more than the 20.0 GiB of memory available "
+                          "on the host")
+    assert "random" not in msg and "memory_check=false" in msg
+
+
+def test_run_stage_refuses_before_any_attribution(tmp_path):
+    out = tmp_path / "job"
+    cfg = run_cfg(tmp_path, "max_examples=2", "attribution=[ifr_multi_hop,random]", "memory_budget_gib=0.01")
+    with pytest.raises(ConfigError, match=r"^attribution\.ifr_multi_hop about .* GiB \(IFR's capture of 30 layers\); "
+                                          r"mode\.faithfulness about .* of memory_budget_gib"):
+        run_stage(cfg, out)
+    assert not (out / RESULTS).exists() or not (out / RESULTS).read_text()
+    # a budget that holds them runs; memory_check=false skips the check
+    summary = run_stage(run_cfg(tmp_path, "max_examples=1", "attribution=[random]", "mode=recovery",
+                                "memory_budget_gib=4"), tmp_path / "ok")
+    assert summary["random"]["examples"] == 1
+    summary = run_stage(run_cfg(tmp_path, "max_examples=1", "attribution=[random]", "mode=recovery",
+                                "memory_budget_gib=0.000001", "memory_check=false"), tmp_path / "unchecked")
+    assert summary["random"]["examples"] == 1
+
+
+def test_the_command_line_refusal_is_one_line(tmp_path):
+    ran = run_script("run_exp.py", *tmp_paths(tmp_path, samples="cache"), "dataset=niah_mq_q2", "length=512",
+                     "max_examples=1", "progress=false", "attribution=[attnlrp]", "mode=recovery",
+                     "memory_budget_gib=0.05", f"hydra.run.dir={tmp_path / 'job'}")
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    lines = [ln for ln in ran.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in ran.stderr
+    assert re.match(r"error: attribution\.attnlrp about \d+\.\d GiB \(the activations of 30 layers kept for the "
+                    r"backward passes\) for an input of [\d,]+ tokens", lines[0]), lines[0]
+    assert not (tmp_path / "job" / RESULTS).exists() or not (tmp_path / "job" / RESULTS).read_text()
+
+
+# --- the estimates against measured peaks (real models) ---------------------------------------------------------------
+
+def _status_bytes(field: str) -> int:
+    m = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    return int(m.group(1)) * 1024
+
+
+def peak_added(fn) -> int:
+    """The resident high-water mark ``fn()`` adds (Linux: VmHWM reset through /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_bytes("VmRSS")
+    fn()
+    return _status_bytes("VmHWM") - before
