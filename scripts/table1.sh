@@ -22,6 +22,8 @@
 #                 stop-token recall (gold's faith lane predates it)
 #   report        the variant's table in the paper's layout, intervals, orderings, funnel: <variant>/report/
 #   compare       (no variant) the variants' reports beside the paper's Table 1: runs/table1/variants/variants.md
+#   families      (no variant; TABLE1_MODEL set) each variant's report of TABLE1_MODEL beside SmolLM2's: which
+#                 method orderings hold in both models, <TABLE1_DIR>/<model>/families/<variant>/families.md
 #
 # TABLE1_DIR (runs/table1), TABLE1_TASKS, TABLE1_EXAMPLES (kept examples per task, 20), TABLE1_ROWS (rows the
 # sampling stage may try per task, 80), TABLE1_IG_EXAMPLES; PYTHON, the interpreter (.venv's); TABLE1_MODEL, another
@@ -48,7 +50,7 @@ fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report|compare"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report|compare|families"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -118,6 +120,17 @@ case $lane in
     for v in report cot_self/report cot_evidence/report; do [ -f "$out/$v/table1.json" ] && reports+="${reports:+,}$out/$v"; done
     [ -n "$reports" ] || fail "no variant's report yet (bash scripts/table1.sh <variant> report)"
     exec "$py" exp/exp2/report.py 'runs=[]' "variants=[$reports]" hydra.run.dir="$out/variants" "$@" ;;
+  families)
+    [ "$model" != smollm2-135m ] || fail "families sets another model's reports beside SmolLM2's: set TABLE1_MODEL"
+    base=${TABLE1_DIR:-runs/table1}
+    found=""
+    for v in report cot_self/report cot_evidence/report; do
+      [ -f "$base/$v/table1.json" ] && [ -f "$out/$v/table1.json" ] || continue
+      name=${v%/report}; [ "$name" = report ] && name=gold
+      "$py" exp/exp2/report.py 'runs=[]' "families=[$base/$v,$out/$v]" hydra.run.dir="$out/families/$name" "$@"
+      found=1
+    done
+    [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | ig | rec | report | compare)" ;;
+    fail "unknown lane '$lane' (sample | faith | ig | rec | report | compare | families)" ;;
 esac

@@ -33,9 +33,10 @@ def record(eid, method, own, all_, nonstop, recall=0.5, skipped=False):
             "gold_tokens": 20, "recovery_budget": budget}
 
 
-def write_job(root, name, records, attribution, overrides=(), modes=("faithfulness", "recovery"), source=None):
+def write_job(root, name, records, attribution, overrides=(), modes=("faithfulness", "recovery"), source=None,
+              model="smollm2-135m"):
     scorers = {n: SCORERS[n] for n in modes}
-    config = {"dataset": {"name": "niah_mq_q2"}, "model": {"name": "smollm2-135m"}, "attribution": attribution,
+    config = {"dataset": {"name": "niah_mq_q2"}, "model": {"name": model}, "attribution": attribution,
               "views": ["row"], "mode": {n: {"_target_": f"{type(s).__module__}.{type(s).__name__}",
                                              **({"common_sets": ["all", "nonstop"]} if n == "faithfulness" else {})}
                                          for n, s in scorers.items()}}
@@ -143,6 +144,36 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     assert "RISE 1/1" in md and "all: 0.50, 0.500; non-stop: 0.50, 0.500" in md
     with pytest.raises(ValueError, match="runs: name the run_exp"):
         report_stage(OmegaConf.create({"runs": [], "variants": []}), tmp_path / "none")
+
+
+def test_families_side_by_side_say_which_orderings_hold(tmp_path):
+    from omegaconf import OmegaConf
+
+    from ctxbench.stages.report import report_stage
+
+    attribution = {m: {"_target_": "x"} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention")}
+    # the second family: per-token IFR and attention swap places under the mixed sets; recall the same (ties)
+    other = [r for e in "abcdef" for r in (record(e, "ifr_multi_hop_both", 0.1, 0.9, 0.1, skipped=True),
+                                           record(e, "attention", 0.5 - 0.01 * "abcdef".index(e), 0.5, 0.3),
+                                           record(e, "ifr_all_positions", 0.6, 0.6, 0.2))]
+    smol = find_jobs([write_job(tmp_path, "s", RECS, attribution)])
+    gemma = find_jobs([write_job(tmp_path, "g", other, attribution, model="gemma3-270m")])
+    write_table1(smol, tmp_path / "smol", view="row", caption="evidence CoT (labelled synthetic)")
+    write_table1(gemma, tmp_path / "gemma", view="row", caption="evidence CoT (labelled synthetic)")
+    assert json.loads((tmp_path / "gemma" / "table1.json").read_text())["models"] == ["gemma3-270m"]
+    cfg = OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol"), str(tmp_path / "gemma")]})
+    out = report_stage(cfg, tmp_path / "out")
+    md = (tmp_path / "out" / "families.md").read_text()
+    assert out == {"families": str(tmp_path / "out" / "families.md")}
+    assert "| metric | pair | smollm2-135m | gemma3-270m | across models |" in md
+    # FlashTrace first in both (significant in the second, 6 pairs: Wilcoxon p = 0.031; 3 pairs cannot be)
+    assert "| RISE | attention vs ifr_multi_hop_both | ifr_multi_hop_both (n=3) | ifr_multi_hop_both* (n=6) | holds |" \
+        in md
+    assert ("| RISE | attention vs ifr_all_positions | ifr_all_positions (n=3) | attention* (n=6) | reversed "
+            "(significant in gemma3-270m) |") in md
+    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 |" in md
+    with pytest.raises(ValueError, match="families: .*two or more"):
+        report_stage(OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol")]}), tmp_path / "one")
 
 
 def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):

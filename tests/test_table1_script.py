@@ -166,3 +166,17 @@ def test_another_model_family_has_folders_of_its_own(tmp_path):
     chosen = subprocess.run(["bash", str(SCRIPT), "cot_evidence", "faith"], capture_output=True, text=True,
                             env=dict(env, TABLE1_METHODS="attention"))
     assert "attribution=[attention]" in chosen.stdout.split()
+    # families: each variant with a report for both models, SmolLM2's first
+    runs = tmp_path / "runs"
+    for d in (runs / "cot_evidence" / "report", runs / "gemma3-270m" / "cot_evidence" / "report",
+              runs / "cot_self" / "report"):
+        d.mkdir(parents=True)
+        (d / "table1.json").write_text("{}")
+    fam = subprocess.run(["bash", str(SCRIPT), "families"], env=env, capture_output=True, text=True)
+    assert fam.returncode == 0, fam.stderr
+    (line,) = fam.stdout.splitlines()  # cot_self has no Gemma report: left out
+    assert f"families=[{runs}/cot_evidence/report,{runs}/gemma3-270m/cot_evidence/report]" in line.split()
+    assert f"hydra.run.dir={runs}/gemma3-270m/families/cot_evidence" in line.split()
+    alone = subprocess.run(["bash", str(SCRIPT), "families"], capture_output=True, text=True,
+                           env={k: v for k, v in env.items() if k != "TABLE1_MODEL"})
+    assert alone.returncode == 2 and "set TABLE1_MODEL" in alone.stderr

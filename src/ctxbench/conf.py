@@ -131,6 +131,9 @@ class ReportConfig:
     # report folders (each with its table1.json, one per variant of the targets) set side by side with the paper's
     # Table 1 in variants.md
     variants: List[str] = field(default_factory=list)
+    # report folders of one variant made with different models (model=...): which orderings hold in every model, in
+    # families.md
+    families: List[str] = field(default_factory=list)
     # folders of sampled caches (a CoT variant's samples/): each task's funnel is listed, explained or not
     samples: List[str] = field(default_factory=list)
 

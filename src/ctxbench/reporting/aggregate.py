@@ -362,7 +362,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
                         encoding="utf-8", newline="")
     (out / "table1.json").write_text(json.dumps({
-        "caption": caption, "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
+        "caption": caption, "models": sorted({j.config.get("model", {}).get("name") or "" for j in jobs} - {""}),
+        "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
         "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods,
         "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),

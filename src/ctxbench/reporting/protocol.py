@@ -293,3 +293,62 @@ def _kept_orders(t: dict, task: str) -> str:
         sig = sum(1 for s in r["swapped"] if s["significant"])
         parts.append(f"{r['metric']} {pairs - swapped}/{pairs}" + (f" ({sig} swaps significant)" if swapped else ""))
     return "; ".join(parts)
+
+
+# --- model families side by side -------------------------------------------------------------------------------------
+
+FAMILY_METRICS = ("RISE", "MAS", "RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "Recall@10%")
+
+
+def _family_name(folder: str, t: dict) -> str:
+    return ", ".join(t.get("models") or []) or Path(folder).parent.name
+
+
+def _verdicts(t: dict, task: str, label: str) -> dict[tuple[str, str], tuple[str, bool, int]]:
+    """(a, b) -> (the better method, significant, pairs compared) of the report's paired comparisons of one task and
+    metric; the pair in alphabetical order (reports may list the methods in other orders)."""
+    out = {}
+    for c in t.get("comparisons") or []:
+        if c["dataset"] == task and c["label"] == label and c.get("better") in ("a", "b"):
+            out[tuple(sorted((c["a"], c["b"])))] = (c[c["better"]], bool(c.get("significant")), int(c["n"]))
+    return out
+
+
+def families_markdown(reports: list[tuple[str, dict]]) -> str:
+    """Two or more Table-1 reports of one variant made with different models (``(folder, table1.json)``): per task
+    and metric, every pair of methods both reports compared (their paired comparisons, on the examples both methods
+    scored), which method is better in each and whether the difference is significant there, and whether the order
+    holds in every model."""
+    names = [_family_name(d, t) for d, t in reports]
+    tasks = [d for d in reports[0][1]["datasets"] if all(d in t["datasets"] for _, t in reports[1:])]
+    lines = ["# Table 1 across model families: which orderings hold in every model", "",
+             "Each report's paired comparisons (mean difference on the examples both methods scored, bootstrap "
+             "interval and Wilcoxon test: docs/metrics.md#statistics), method pair by method pair: the better method "
+             "in each model, `*` where the difference is significant there, and on how many examples. `holds` when "
+             "every model puts the pair in the same order, `reversed` when not. Sources: "
+             + "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
+             + "."]
+    summary = []
+    for task in tasks:
+        lines += ["", f"## {task}", "", f"| metric | pair | {' | '.join(names)} | across models |",
+                  "|---" * (3 + len(names)) + "|"]
+        for label in FAMILY_METRICS:
+            per = [_verdicts(t, task, label) for _, t in reports]
+            pairs = [p for p in per[0] if all(p in v for v in per[1:])]
+            if not pairs:
+                continue
+            held = sig_both = 0
+            for a, b in pairs:
+                got = [v[(a, b)] for v in per]
+                same = len({w for w, _, _ in got}) == 1
+                held += same
+                sig_both += same and all(s for _, s, _ in got)
+                cells = [f"{w}{'*' if s else ''} (n={n})" for w, s, n in got]
+                verdict = "holds" if same else "reversed"
+                if not same and any(s for _, s, _ in got):
+                    verdict += " (significant in " + ", ".join(m for m, (_, s, _) in zip(names, got) if s) + ")"
+                lines.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
+            summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} |")
+    lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "
+              "in every model |", "|---|---|---|---|", *summary]
+    return "\n".join(lines) + "\n"

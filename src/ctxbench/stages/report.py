@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from ctxbench.conf import ReportConfig, stage_config
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
-from ctxbench.reporting.protocol import variants_markdown
+from ctxbench.reporting.protocol import families_markdown, variants_markdown
 
 from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
@@ -34,17 +34,33 @@ def shown(path: str | Path) -> str:
         return str(path)
 
 
-def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
-    """``variants.md``: the Table-1 reports of several variants beside the paper's Table 1."""
+def _reports(report_dirs: list[str]) -> list[tuple[str, dict]]:
+    """``(folder, table1.json)`` of each Table-1 report folder."""
     reports = []
     for d in report_dirs:
         path = Path(d) / "table1.json"
         if not path.is_file():
-            raise DataError("no table1.json: make the variant's report first", file=path)
+            raise DataError("no table1.json: make the report first (bash scripts/table1.sh <variant> report)",
+                            file=path)
         reports.append((str(d), json.loads(path.read_text())))
+    return reports
+
+
+def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
+    """``variants.md``: the Table-1 reports of several variants beside the paper's Table 1."""
     out = Path(output_dir) / "variants.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(variants_markdown(reports, load_paper()), encoding="utf-8")
+    out.write_text(variants_markdown(_reports(report_dirs), load_paper()), encoding="utf-8")
+    return out
+
+
+def write_families(report_dirs: list[str], output_dir: str | Path) -> Path:
+    """``families.md``: the Table-1 reports of one variant made with different models, their orderings compared."""
+    if len(report_dirs) < 2:
+        raise ConfigError(f"families: {report_dirs}: name two or more report folders to compare")
+    out = Path(output_dir) / "families.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(families_markdown(_reports(report_dirs)), encoding="utf-8")
     return out
 
 
@@ -56,6 +72,11 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         path = write_variants(rc.variants, output_dir)
         print(path.read_text())
         out["variants"] = str(path)
+    if rc.families:
+        accept_job()
+        path = write_families(rc.families, output_dir)
+        print(path.read_text())
+        out["families"] = str(path)
     if not rc.runs and rc.samples:
         # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
         accept_job()
@@ -66,7 +87,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if not rc.runs:
         if out:
             return out
-        raise ConfigError("runs: name the run_exp run or multirun folders to report (or variants=[report dirs])")
+        raise ConfigError("runs: name the run_exp run or multirun folders to report (or variants=[report dirs], "
+                          "families=[report dirs])")
     # Shards of a sharded run_exp are merged first (under output_dir/merged_shards/), then read like any run.
     plain, merged = merged_shard_runs(rc.runs, Path(output_dir))
     runs = plain + [str(m) for m in merged]
