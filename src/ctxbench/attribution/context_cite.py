@@ -214,7 +214,7 @@ class ContextCiteAttributor(Attributor):
             raise refuse("cv_folds", self.cv_folds, f"more folds than the {self.n_ablations} ablations")
 
     def memory_need(self, shape, T, G):
-        return ablation_passes(shape, T, G, int(self.batch_size))
+        return ablation_passes(shape, T, G, int(self.batch_size), padded=self.ablation == "delete")
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()

@@ -89,11 +89,13 @@ class Need:
 
 # --- the terms --------------------------------------------------------------------------------------------------------
 
-def forward_transient(s: ModelShape, T: int, batch: int = 1) -> int:
+def forward_transient(s: ModelShape, T: int, batch: int = 1, padded: bool = False) -> int:
     """One layer's working tensors of a forward pass without gradients (the MLP's gate, up and product, the residual
     and its norm; layers run one after the other, so one layer's worth is alive at a time) and the pass's attention
-    masks."""
-    return batch * T * (3 * s.intermediate + 3 * s.d) * s.elem + batch * s.masks * T * T
+    masks: one per attention type shared by the batch (transformers broadcasts a mask that does not depend on the
+    row), one per row and type for ``padded`` batches, on every family."""
+    masks = batch * max(s.masks, 1) if padded else s.masks
+    return batch * T * (3 * s.intermediate + 3 * s.d) * s.elem + masks * T * T
 
 
 def scored_logits(s: ModelShape, G: int, batch: int = 1, copies: int = 2) -> int:
@@ -122,17 +124,18 @@ def attention_rows(s: ModelShape, T: int, rows: int) -> int:
     return rows * T * s.heads * s.layers * 4
 
 
-def scoring_passes(s: ModelShape, T: int, G: int, batch: int) -> int:
+def scoring_passes(s: ModelShape, T: int, G: int, batch: int, padded: bool = False) -> int:
     """Forward passes of ``batch`` variants of the input whose G generated tokens are scored."""
-    return forward_transient(s, T, batch) + scored_logits(s, G, batch)
+    return forward_transient(s, T, batch, padded) + scored_logits(s, G, batch)
 
 
-def ablation_passes(s: ModelShape, T: int, G: int, batch: int, kl: bool = False) -> Need:
+def ablation_passes(s: ModelShape, T: int, G: int, batch: int, kl: bool = False, padded: bool = False) -> Need:
     """Batched ablation passes (perturbation, ContextCite): the intact input's keys and values shared by every batch
     (``SharedPrefix``), each batch's own for the layer under way, its working tensors and scored logits; with the KL
-    objective the intact input's next-token distributions too."""
-    need = (T * s.layers * s.kv_width * s.elem + batch * T * s.kv_width * s.elem + scoring_passes(s, T, G, batch)
-            + (G * s.vocab * 4 if kl else 0) + 2 * result_matrix(T, G))
+    objective the intact input's next-token distributions too; ``padded``: the ablated inputs have other lengths
+    (ContextCite's deletions), so the batch is padded and its masks are per row."""
+    need = (T * s.layers * s.kv_width * s.elem + batch * T * s.kv_width * s.elem
+            + scoring_passes(s, T, G, batch, padded) + (G * s.vocab * 4 if kl else 0) + 2 * result_matrix(T, G))
     return Need(need, f"{batch} ablated inputs per pass and their logits over {s.vocab:,} tokens")
 
 
