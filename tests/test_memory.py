@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxbench.attribution.memory import (GIB, ModelShape, Need, check_fits, ifr_capture, saved_for_backward,
-                                         scored_logits)
+from ctxbench.attribution.memory import (GIB, WORKSPACE, ModelShape, Need, check_fits, forward_transient,
+                                         ifr_capture, saved_for_backward, scored_logits)
 from ctxbench.errors import ConfigError
 from ctxbench.stages.run import RESULTS, run_stage
 
@@ -35,11 +35,18 @@ def test_shape_of_each_family(family, intermediate, kv, rope, masks):
 def test_terms_by_hand():
     # SmolLM2 at 1,024 tokens, 256 of them generated; per position and layer: 8 x 576 + 3 x 9 x 64 + 2 x (2 x 3 x 64)
     # + 5 x 1536 = 14,784 floats saved for the backward pass
-    assert saved_for_backward(SMOLLM2, 1024) == 1024 * 30 * 14784 * 4 == 1_816_657_920
+    assert saved_for_backward(SMOLLM2, 1024) == WORKSPACE + 1024 * 30 * 14784 * 4 == WORKSPACE + 1_816_657_920
     # keys and values (384 floats) of every position and layer, one rotary table (2 x 64 per position), and for the
     # 256 rows the two residual streams and the queries (2 x 576 + 576)
     assert ifr_capture(SMOLLM2, 1024, 256) == (1024 * 30 * 384 + 1024 * 128 + 256 * 30 * 1728) * 4 == 100_794_368
     assert scored_logits(SMOLLM2, 256, batch=4) == 2 * 4 * 256 * 49152 * 4
+    # one layer's MLP and residual tensors per row; Gemma 3's two T x T masks shared by an unpadded batch, one per row
+    # and attention type in a padded one
+    gemma = ModelShape(layers=18, d=640, heads=4, kv_heads=1, head_dim=256, intermediate=2048, vocab=262144,
+                       rope_tables=2, masks=2)
+    assert forward_transient(gemma, 1000, batch=4) == WORKSPACE + 4 * 1000 * (3 * 2048 + 3 * 640) * 4 + 2 * 1000 ** 2
+    assert forward_transient(gemma, 1000, 4, padded=True) - forward_transient(gemma, 1000, 4) == 6 * 1000 ** 2
+    assert forward_transient(SMOLLM2, 1000, 4, padded=True) - forward_transient(SMOLLM2, 1000, 4) == 4 * 1000 ** 2
 
 
 def test_every_method_and_faithfulness_have_an_estimate_that_grows_with_length():
@@ -111,7 +118,14 @@ def _status_bytes(field: str) -> int:
 
 
 def peak_added(fn) -> int:
-    """The resident high-water mark ``fn()`` adds (Linux: VmHWM reset through /proc/self/clear_refs)."""
+    """The resident high-water mark ``fn()`` adds (Linux: VmHWM reset through /proc/self/clear_refs). Memory freed
+    by earlier tests but kept by the C allocator is handed back first (glibc's malloc_trim), or ``fn`` would reuse
+    it unseen."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
     before = _status_bytes("VmRSS")
     fn()
@@ -139,18 +153,27 @@ def measured_over_estimate(model, tok, part, mi) -> float:
     from ctxbench.attribution.base import Attributor
     from ctxbench.evaluation import PreparedExample
 
+    import torch
+
+    # the weights' pages read in first (a freshly loaded model maps its file lazily; the LM head of a tied 262k-token
+    # vocabulary alone is 640 MiB): they are the model's memory, not the part's
+    with torch.no_grad():
+        sum(float(p.sum()) for p in model.parameters())
     T, G = int(mi.input_ids.numel()), mi.G
     if isinstance(part, Attributor):
         part.attribute(model, tok, prose_input(tok, 96, 8))
-        added = peak_added(lambda: part.attribute(model, tok, mi))
-    else:  # the faithfulness scorer, on a ranking of the prompt by position
-        from types import SimpleNamespace
+        return peak_added(lambda: part.attribute(model, tok, mi)) / part.memory_need(ModelShape.of(model), T, G).bytes
+    from types import SimpleNamespace  # the faithfulness scorer, on a ranking of the prompt by position
 
-        import numpy as np
+    import numpy as np
 
-        prepared = PreparedExample(None, mi, (0, G - 1), None, notes={})
-        weights = {"seq": np.arange(mi.P, dtype=np.float64)}
-        added = peak_added(lambda: part.score(model, tok, prepared, SimpleNamespace(prompt_stop_mask=None), weights))
+    def score(inp):
+        prepared = PreparedExample(None, inp, (0, inp.G - 1), None, notes={})
+        part.score(model, tok, prepared, SimpleNamespace(prompt_stop_mask=None),
+                   {"seq": np.arange(inp.P, dtype=np.float64)})
+
+    score(prose_input(tok, 96, 8))
+    added = peak_added(lambda: score(mi))
     return added / part.memory_need(ModelShape.of(model), T, G).bytes
 
 
