@@ -160,7 +160,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             pending = {m: methods[m] for m in todo[ex.example_id]}
 
             def on_step(method: str, step: str, n=n) -> None:
-                bar.set_description(f"run_exp {source.name} example {n}/{len(todo)} {method}: {step}")
+                bar.set_description(f"run_exp {source.name} example {n}/{len(ready)} {method}: {step}")
 
             # each method's record is written as soon as it is scored: a run stopped mid-example (a Table-1
             # example takes most of an hour on a CPU) resumes at the next method, not at the example's first
@@ -176,7 +176,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 bar.update(1)
             per_example.append(time.perf_counter() - t0)
             bar.set_postfix_str(f"{sum(per_example) / len(per_example):.1f} s/example")
-            log.info("example %s (%d of %d): %d method%s in %.1f s", ex.example_id, n, len(todo), len(pending),
+            log.info("example %s (%d of %d): %d method%s in %.1f s", ex.example_id, n, len(ready), len(pending),
                      "s" * (len(pending) != 1), per_example[-1])
         bar.close()
     if refused and len(refused) == len(todo):
