@@ -30,6 +30,25 @@ def test_shape_of_each_family(family, intermediate, kv, rope, masks):
     # (sliding and full), GPT-2 no rotary table; Qwen2's sliding window is off
     assert (s.intermediate, s.rope_tables, s.masks) == (intermediate, rope, masks)
     assert ModelShape.of(tiny_model("llama").double()).elem == 8
+    assert s.eager  # loaded with eager attention, as run_exp loads models
+
+
+def test_eager_attention_counts_where_a_pass_keeps_the_loaded_kernel():
+    from dataclasses import replace
+
+    eager = replace(SMOLLM2, eager=True)
+    T, G = 4096, 1024
+    layer = 9 * T * T * 4  # one layer's heads x T x T float32
+    # the attention baseline's capture keeps the loaded kernel: one layer's scores, masked scores, probabilities
+    assert make("attention").memory_need(eager, T, G).bytes - make("attention").memory_need(SMOLLM2, T, G).bytes \
+        == 3 * layer
+    # IFR and the gradients on sdpa (their default) form no T x T matrix; on the loaded eager kernel they do, and a
+    # backward pass keeps every layer's
+    assert make("ifr_multi_hop").memory_need(eager, T, G) == make("ifr_multi_hop").memory_need(SMOLLM2, T, G)
+    assert (make("ifr_multi_hop", forward_attn_impl=None).memory_need(eager, T, G).bytes
+            - make("ifr_multi_hop").memory_need(eager, T, G).bytes) == 3 * layer
+    assert (make("attnlrp", forward_attn_impl=None).memory_need(eager, T, G).bytes
+            - make("attnlrp").memory_need(eager, T, G).bytes) == 2 * 30 * layer
 
 
 def test_terms_by_hand():

@@ -43,7 +43,7 @@ def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' "
-                                  "(sample | faith | ig | rec | report | compare)")
+                                  "(sample | faith | ig | rec | report | compare | families)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):

@@ -18,7 +18,7 @@ import torch
 from ctxbench.attribution.base import Attributor
 from ctxbench.attribution.baselines import _Baseline, _predicting_rows, explaining
 from ctxbench.attribution.lrp_rules import attnlrp_rules, linear_rule
-from ctxbench.attribution.memory import Need, result_matrix, saved_for_backward
+from ctxbench.attribution.memory import Need, eager_attention, result_matrix, saved_for_backward
 from ctxbench.attribution.multi_hop import _result, hop_recursion, observation_mask
 from ctxbench.models.attention import attention_kernel
 from ctxbench.part import neutral, param
@@ -67,7 +67,8 @@ class _LRPMethod(Attributor):
 
     def memory_need(self, shape, T, G):
         # the G explained logits are formed without the vocabulary projection; hop vectors are (T,) each
-        return Need(saved_for_backward(shape, T) + 2 * result_matrix(T, G),
+        return Need(saved_for_backward(shape, T) + eager_attention(shape, T, self.forward_attn_impl, kept=True)
+                    + 2 * result_matrix(T, G),
                     f"the activations of {shape.layers} layers kept for the backward passes")
 
     def _lrp_pass(self, model, ctx, timings) -> LRPPass:

@@ -18,8 +18,8 @@ import torch
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, empty_matrix
 from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
-from ctxbench.attribution.memory import (Need, forward_transient, ifr_capture, result_matrix, saved_for_backward,
-                                         scored_logits)
+from ctxbench.attribution.memory import (Need, eager_attention, forward_transient, ifr_capture, result_matrix,
+                                         saved_for_backward, scored_logits)
 from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
@@ -76,9 +76,12 @@ class AttentionAttributor(_Baseline):
 
     def memory_need(self, shape, T, G):
         # the capture of the generated rows, 64 of their attention rows at a time, the result
-        need = Need(ifr_capture(shape, T, G) + forward_transient(shape, T) + 64 * T * shape.heads * 4
-                    + result_matrix(T, G), f"the capture of {shape.layers} layers")
-        return need + gradient_need(shape, T, G, self.ig_batch) if self.times_ig else need
+        # the capture keeps the loaded kernel (eager in run_exp: one layer's T x T matrices at a time)
+        need = Need(ifr_capture(shape, T, G) + forward_transient(shape, T) + eager_attention(shape, T, None)
+                    + 64 * T * shape.heads * 4 + result_matrix(T, G), f"the capture of {shape.layers} layers")
+        if self.times_ig:
+            need += gradient_need(shape, T, G, self.ig_batch, self.attn_implementation)
+        return need
 
 
 def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str]) -> torch.Tensor:
@@ -145,10 +148,11 @@ def explaining(model) -> Iterator[None]:
         model.train(was_training)
 
 
-def gradient_need(shape, T: int, G: int, batch: int) -> Need:
-    """A forward pass of ``batch`` inputs kept for the backward passes, their scored logits with gradients, the
-    (rows x T) result."""
-    return Need(saved_for_backward(shape, T, batch) + scored_logits(shape, G, batch, copies=3) + result_matrix(T, G),
+def gradient_need(shape, T: int, G: int, batch: int, attn_impl: Optional[str]) -> Need:
+    """A forward pass of ``batch`` inputs kept for the backward passes (on ``attn_impl``), their scored logits with
+    gradients, the (rows x T) result."""
+    return Need(saved_for_backward(shape, T, batch) + eager_attention(shape, T, attn_impl, batch, kept=True)
+                + scored_logits(shape, G, batch, copies=3) + result_matrix(T, G),
                 f"the activations of {shape.layers} layers kept for the backward pass")
 
 
@@ -170,7 +174,7 @@ class InputXGradientAttributor(_GradBaseline):
     name: ClassVar[str] = "input_x_gradient"
 
     def memory_need(self, shape, T, G):
-        return gradient_need(shape, T, G, 1)
+        return gradient_need(shape, T, G, 1, self.attn_implementation)
 
     def _scores(self, model, tokenizer, ctx):
         x = model.get_input_embeddings()(ctx.input_ids.view(1, -1))
@@ -186,7 +190,7 @@ class IntegratedGradientsAttributor(_GradBaseline):
     ig_batch: int = neutral(4, ge=1)
 
     def memory_need(self, shape, T, G):
-        return gradient_need(shape, T, G, min(int(self.ig_batch), int(self.ig_steps)))
+        return gradient_need(shape, T, G, min(int(self.ig_batch), int(self.ig_steps)), self.attn_implementation)
 
     def _scores(self, model, tokenizer, ctx):
         return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation)

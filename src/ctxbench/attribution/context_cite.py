@@ -214,7 +214,8 @@ class ContextCiteAttributor(Attributor):
             raise refuse("cv_folds", self.cv_folds, f"more folds than the {self.n_ablations} ablations")
 
     def memory_need(self, shape, T, G):
-        return ablation_passes(shape, T, G, int(self.batch_size), padded=self.ablation == "delete")
+        return ablation_passes(shape, T, G, int(self.batch_size), padded=self.ablation == "delete",
+                               impl=self.forward_attn_impl)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()

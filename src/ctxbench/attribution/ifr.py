@@ -36,7 +36,8 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, InputContext, empty_matrix
 from ctxbench.attribution.capture import Capture, capture
-from ctxbench.attribution.memory import Need, attention_rows, forward_transient, ifr_capture, result_matrix
+from ctxbench.attribution.memory import (Need, attention_rows, eager_attention, forward_transient, ifr_capture,
+                                         result_matrix)
 from ctxbench.part import neutral
 
 _BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rounding (~head_dim x eps)
@@ -376,8 +377,10 @@ class IFRAttributorBase(Attributor):
         # the capture, the pass's working tensors, one layer's head outputs (kept up to f_cache_bytes), the result
         need = (ifr_capture(shape, T, G) + forward_transient(shape, T) + result_matrix(T, G)
                 + min(int(self.f_cache_bytes), T * shape.heads * shape.d * shape.elem))
-        if not self.recompute_attention:
-            need += attention_rows(shape, T, G)
+        if not self.recompute_attention:  # stored rows need the eager kernel's probabilities
+            need += attention_rows(shape, T, G) + eager_attention(shape, T, None)
+        else:
+            need += eager_attention(shape, T, self.forward_attn_impl)
         return Need(need, f"IFR's capture of {shape.layers} layers")
 
     def _capture(self, model, ctx: InputContext, timings: dict):

@@ -32,7 +32,9 @@ class ModelShape:
     the MLP's ``intermediate`` width, the vocabulary, the bytes of one activation (4 for float32), the number of
     distinct rotary tables (Gemma 3's local and global layers use two bases; 0 without RoPE), and of the T x T boolean
     attention masks a forward pass builds: one per attention type where sliding-window layers need their own (Gemma
-    3: 2, about 1 GiB each at 32k tokens), 0 where the kernel takes a plain causal flag (Llama without padding)."""
+    3: 2, about 1 GiB each at 32k tokens), 0 where the kernel takes a plain causal flag (Llama without padding);
+    ``eager``: the model was loaded with eager attention (run_exp loads it so), which a pass keeping the loaded
+    kernel runs."""
 
     layers: int
     d: int
@@ -44,6 +46,7 @@ class ModelShape:
     elem: int = 4
     rope_tables: int = 1
     masks: int = 0
+    eager: bool = False
 
     @classmethod
     def of(cls, model) -> "ModelShape":
@@ -71,7 +74,8 @@ class ModelShape:
                    head_dim=int(first("head_dim", default=d // heads)),
                    intermediate=int(first("intermediate_size", "n_inner", default=4 * d)),
                    vocab=int(first("vocab_size")),
-                   elem=max(4, torch.tensor([], dtype=dtype).element_size()), rope_tables=rope, masks=masks)
+                   elem=max(4, torch.tensor([], dtype=dtype).element_size()), rope_tables=rope, masks=masks,
+                   eager=getattr(model.config, "_attn_implementation", None) == "eager")
 
     @property
     def kv_width(self) -> int:
@@ -107,6 +111,15 @@ def scored_logits(s: ModelShape, G: int, batch: int = 1, copies: int = 2) -> int
     return copies * batch * G * s.vocab * 4
 
 
+def eager_attention(s: ModelShape, T: int, impl, batch: int = 1, kept: bool = False) -> int:
+    """The T x T attention matrices of a pass that keeps the loaded kernel (``impl`` None) on a model loaded with
+    eager attention: one layer's scores, masked scores and probabilities at a time, or every layer's probabilities
+    and scores when a backward pass keeps them (``kept``); nothing with a fused kernel (sdpa: no T x T matrix)."""
+    if impl is not None or not s.eager:
+        return 0
+    return batch * (2 * s.layers if kept else 3) * s.heads * T * T * 4
+
+
 def saved_for_backward(s: ModelShape, T: int, batch: int = 1) -> int:
     """What autograd keeps of every layer for one backward pass (sdpa attention: no T x T matrix): the norms' inputs
     and outputs, queries, keys and values before and after RoPE, the attention output, the MLP's gate, up, activation
@@ -132,13 +145,15 @@ def scoring_passes(s: ModelShape, T: int, G: int, batch: int, padded: bool = Fal
     return forward_transient(s, T, batch, padded) + scored_logits(s, G, batch)
 
 
-def ablation_passes(s: ModelShape, T: int, G: int, batch: int, kl: bool = False, padded: bool = False) -> Need:
+def ablation_passes(s: ModelShape, T: int, G: int, batch: int, kl: bool = False, padded: bool = False,
+                    impl: Optional[str] = "sdpa") -> Need:
     """Batched ablation passes (perturbation, ContextCite): the intact input's keys and values shared by every batch
     (``SharedPrefix``), each batch's own for the layer under way, its working tensors and scored logits; with the KL
     objective the intact input's next-token distributions too; ``padded``: the ablated inputs have other lengths
     (ContextCite's deletions), so the batch is padded and its masks are per row."""
     need = (T * s.layers * s.kv_width * s.elem + batch * T * s.kv_width * s.elem
-            + scoring_passes(s, T, G, batch, padded) + (G * s.vocab * 4 if kl else 0) + 2 * result_matrix(T, G))
+            + scoring_passes(s, T, G, batch, padded) + eager_attention(s, T, impl, batch)
+            + (G * s.vocab * 4 if kl else 0) + 2 * result_matrix(T, G))
     return Need(need, f"{batch} ablated inputs per pass and their logits over {s.vocab:,} tokens")
 
 

@@ -153,7 +153,8 @@ class PerturbationAttributor(Attributor):
     forward_attn_impl: Optional[str] = "sdpa"
 
     def memory_need(self, shape, T, G):
-        return ablation_passes(shape, T, G, int(self.batch_size), kl=self.objective == "kl")
+        return ablation_passes(shape, T, G, int(self.batch_size), kl=self.objective == "kl",
+                               impl=self.forward_attn_impl)
 
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
