@@ -47,6 +47,9 @@ def _predicting_rows(ctx, rows: Optional[np.ndarray] = None) -> torch.Tensor:
     return ctx.gen_start - 1 + t
 
 
+_ROW_CHUNK = 64  # the attention baseline's rows formed at once
+
+
 @dataclass
 class AttentionAttributor(_Baseline):
     """Head-mean attention of layer ``layer`` (the last: -1), recomputed from one captured pass.
@@ -68,17 +71,18 @@ class AttentionAttributor(_Baseline):
             timings["capture"] = cap.seconds
             li = self.layer % len(cap.layers)
             lv = LayerView(cap, li, IFRConfig())
-            full = torch.cat([lv.attn_rows(rows[i:i + 64], scaled=False).mean(0) for i in range(0, rows.numel(), 64)])
+            full = torch.cat([lv.attn_rows(rows[i:i + _ROW_CHUNK], scaled=False).mean(0)
+                              for i in range(0, rows.numel(), _ROW_CHUNK)])
         if self.times_ig:
             full = full * _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch,
                                                 self.attn_implementation)
         return self._finish(ctx, full, timings, t0)
 
     def memory_need(self, shape, T, G):
-        # the capture of the generated rows, 64 of their attention rows at a time, the result
-        # the capture keeps the loaded kernel (eager in run_exp: one layer's T x T matrices at a time)
+        # the capture of the generated rows on the loaded kernel (eager in run_exp: one layer's T x T matrices at a
+        # time), _ROW_CHUNK of their attention rows at a time, the result
         need = Need(ifr_capture(shape, T, G) + forward_transient(shape, T) + eager_attention(shape, T, None)
-                    + 64 * T * shape.heads * 4 + result_matrix(T, G), f"the capture of {shape.layers} layers")
+                    + _ROW_CHUNK * T * shape.heads * 4 + result_matrix(T, G), f"the capture of {shape.layers} layers")
         if self.times_ig:
             need += gradient_need(shape, T, G, self.ig_batch, self.attn_implementation)
         return need

@@ -2,13 +2,13 @@
 shape before any work, so that a run that cannot fit is refused up front with the estimate instead of failing after
 minutes (``check_fits``, called by the run stage before the first example).
 
-The estimates count the tensors that dominate, term by term (docs/benchmarks.md, "Where each method stops fitting",
-has the measured peaks they are checked against): what IFR's capture keeps per layer (``ifr_capture``), what autograd
-saves for a backward pass through every layer (``saved_for_backward``), the attention rows the attention baseline
-keeps (``attention_rows``), the transient activations of a batched forward pass without its logits
-(``forward_transient``) and the logits of the positions scored (``scored_logits``: a 262k-token vocabulary makes
-these the largest term of a scoring pass). They are estimates: ``tests/test_memory.py`` holds them within a band
-around the peak resident memory measured on the real models.
+The estimates count the tensors that dominate, term by term (docs/benchmarks.md, "The up-front estimates against
+measured peaks", has the measured peaks they are checked against): what IFR's capture keeps per layer
+(``ifr_capture``), what autograd saves for a backward pass through every layer (``saved_for_backward``), the
+attention rows the attention baseline keeps (``attention_rows``), the transient activations of a batched forward pass
+without its logits (``forward_transient``) and the logits of the positions scored (``scored_logits``: a 262k-token
+vocabulary makes these the largest term of a scoring pass). They are estimates: ``tests/test_memory.py`` holds them
+within a band around the peak resident memory measured on the real models.
 """
 
 from __future__ import annotations
