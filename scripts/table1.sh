@@ -33,6 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${TABLE1_DIR:-runs/table1}
+top=$out  # SmolLM2's folders, which the families lane sets another model's beside
 model=${TABLE1_MODEL:-smollm2-135m}
 who=SmolLM2  # in the report's caption
 methods=ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,attnlrp,perturbation
@@ -122,12 +123,11 @@ case $lane in
     exec "$py" exp/exp2/report.py 'runs=[]' "variants=[$reports]" hydra.run.dir="$out/variants" "$@" ;;
   families)
     [ "$model" != smollm2-135m ] || fail "families sets another model's reports beside SmolLM2's: set TABLE1_MODEL"
-    base=${TABLE1_DIR:-runs/table1}
     found=""
     for v in report cot_self/report cot_evidence/report; do
-      [ -f "$base/$v/table1.json" ] && [ -f "$out/$v/table1.json" ] || continue
+      [ -f "$top/$v/table1.json" ] && [ -f "$out/$v/table1.json" ] || continue
       name=${v%/report}; [ "$name" = report ] && name=gold
-      "$py" exp/exp2/report.py 'runs=[]' "families=[$base/$v,$out/$v]" hydra.run.dir="$out/families/$name" "$@"
+      "$py" exp/exp2/report.py 'runs=[]' "families=[$top/$v,$out/$v]" hydra.run.dir="$out/families/$name" "$@"
       found=1
     done
     [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
