@@ -18,6 +18,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from ctxbench.cgroup import memory_headroom
 from ctxbench.errors import ConfigError
 
 GIB = 2 ** 30
@@ -166,13 +167,18 @@ def result_matrix(T: int, G: int) -> int:
 
 def free_bytes(device) -> tuple[int, str]:  # (bytes, what they are: said in the refusal)
     """Memory free for a run on ``device``: a GPU's free memory (torch.cuda.mem_get_info), else the host's available
-    memory (psutil: free plus reclaimable caches). A container's cgroup limit below that is not seen."""
+    memory (psutil: free plus reclaimable caches), or the headroom of this process's cgroup where that is less (a
+    container's limit: ctxbench.cgroup)."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0]), f"memory free on {device}"
     import psutil
 
-    return int(psutil.virtual_memory().available), "memory available on the host"
+    host = int(psutil.virtual_memory().available)
+    group = memory_headroom()
+    if group is not None and group < host:
+        return group, "memory this process's cgroup (container) limit leaves"
+    return host, "memory available on the host"
 
 
 def gib(n: int) -> str:
