@@ -79,6 +79,34 @@ def test_ifr_decomposition_is_exact_on_the_real_model(gemma):
 
 
 @pytest.mark.slow
+def test_scoring_passes_in_slices_equal_whole_logits_on_the_real_model(gemma, monkeypatch):
+    """Faithfulness's and perturbation's scores over the 262,144-token vocabulary: three positions a slice (the
+    hidden states through the model's head) against the model's own logits."""
+    from ctxbench.attribution.perturbation import ablated_token_scores
+    from ctxbench.metrics.faithfulness import sequence_logprobs
+    from ctxbench.models import logits as logits_mod
+
+    ids = gemma.tokenizer("The red key is in the blue box. The green key is under the table. Alice took the blue "
+                          "box to the garden. The key she found there was red, and it opened the gate.",
+                          return_tensors="pt").input_ids[0]
+    gen_start = ids.numel() - 14
+    seqs = ids.repeat(3, 1)
+    seqs[1, 5:9] = seqs[2, 12:20] = 0
+    ablations = [torch.arange(5, 9), torch.arange(12, 20)]
+
+    def run():
+        return (sequence_logprobs(gemma.model, seqs, gen_start, batch_size=2),
+                *ablated_token_scores(gemma.model, ids, gen_start, ablations, 0, 2))
+
+    whole = run()
+    monkeypatch.setattr(logits_mod, "LOGITS_BYTES", 2 * 3 * 262_144 * 4)
+    sliced = run()
+    for w, s in zip(whole, sliced):
+        np.testing.assert_allclose(s, w, rtol=1e-5, atol=1e-4)
+    assert whole[0][0] > whole[0][1] and whole[0][0] > whole[0][2]  # deleting evidence lowers the answer's log-prob
+
+
+@pytest.mark.slow
 def test_both_stages_on_gemma3(tmp_path):
     """sample_and_filter writes its funnel with Gemma 3 generating; run_exp attributes RULER's gold answers with
     multi-hop IFR, AttnLRP and attention and scores their recovery of the needle (faithfulness, 20 deletion passes

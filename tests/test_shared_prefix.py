@@ -7,7 +7,7 @@ import torch
 
 from ctxbench.attribution.perturbation import ablated_token_scores
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
+from ctxbench.models.logits import intact_scores, predicting_logits, variant_scores
 
 from helpers.tiny_models import VOCAB, tiny_model
 
@@ -39,12 +39,12 @@ def test_variants_equal_full_passes_on_every_family(family):
     model = tiny_model(family)
     ids = _ids()
     with torch.inference_mode():
-        logits, prefix = intact_logits(model, GEN_START, ids)
+        scores, prefix = intact_scores(model, GEN_START, ids)
         assert prefix is not None
-        torch.testing.assert_close(logits, predicting_logits(model, GEN_START, input_ids=ids[None]))
+        torch.testing.assert_close(scores.logits, predicting_logits(model, GEN_START, input_ids=ids[None]))
         for changes in ([[12], [15, 3 + 20]], [[20, 21], [33]], [[35]], [[]], [[0], [9]]):
             seqs = _variants(ids, changes)
-            torch.testing.assert_close(variant_logits(model, GEN_START, seqs, prefix),
+            torch.testing.assert_close(variant_scores(model, GEN_START, seqs, prefix).logits,
                                        predicting_logits(model, GEN_START, input_ids=seqs), atol=1e-5, rtol=1e-5)
 
 
@@ -52,16 +52,16 @@ def test_the_pass_starts_at_the_first_change_and_never_after_the_scored_position
     model = tiny_model("llama")
     ids = _ids()
     with torch.inference_mode():
-        _, prefix = intact_logits(model, GEN_START, ids)
+        _, prefix = intact_scores(model, GEN_START, ids)
         seen = _fed_lengths(model)
         # a batch starts at its earliest change: positions 12.. of the T - 1 fed
-        variant_logits(model, GEN_START, _variants(ids, [[15], [12, 30]]), prefix)
+        variant_scores(model, GEN_START, _variants(ids, [[15], [12, 30]]), prefix)
         # a change among the generated tokens still feeds every scored position (from gen_start - 1)
-        variant_logits(model, GEN_START, _variants(ids, [[35]]), prefix)
+        variant_scores(model, GEN_START, _variants(ids, [[35]]), prefix)
         # no change at all: the same, nothing before gen_start - 1 is run again
-        variant_logits(model, GEN_START, _variants(ids, [[]]), prefix)
+        variant_scores(model, GEN_START, _variants(ids, [[]]), prefix)
         # a change at position 0: the whole pass
-        variant_logits(model, GEN_START, _variants(ids, [[0]]), prefix)
+        variant_scores(model, GEN_START, _variants(ids, [[0]]), prefix)
     assert seen == [T - 1 - 12, T - GEN_START, T - GEN_START, T - 1]
 
 
@@ -79,10 +79,10 @@ def test_a_model_without_a_cache_takes_full_passes():
     model = NoCache()
     ids = _ids()
     with torch.inference_mode():
-        logits, prefix = intact_logits(model, GEN_START, ids)
+        scores, prefix = intact_scores(model, GEN_START, ids)
         assert prefix is None
         seqs = _variants(ids, [[12], [20]])
-        torch.testing.assert_close(variant_logits(model, GEN_START, seqs, prefix),
+        torch.testing.assert_close(variant_scores(model, GEN_START, seqs, prefix).logits,
                                    predicting_logits(inner, GEN_START, input_ids=seqs))
 
 
@@ -112,10 +112,10 @@ def test_smollm2_variants_are_bit_identical_to_full_passes(smollm2, smol_tokeniz
     ids = torch.as_tensor(smol_tokenizer(text)["input_ids"])
     gen_start = ids.numel() - 8
     with torch.inference_mode(), attention_kernel(model, "sdpa"):
-        _, prefix = intact_logits(model, gen_start, ids)
+        _, prefix = intact_scores(model, gen_start, ids)
         seqs = _variants(ids, [[100, 101], [130], [150, 151, 152], [160]])
         full = predicting_logits(model, gen_start, input_ids=seqs)
-        part = variant_logits(model, gen_start, seqs, prefix)
+        part = variant_scores(model, gen_start, seqs, prefix).logits
     assert torch.equal(part, full), float((part - full).abs().max())
 
 
@@ -123,12 +123,12 @@ def test_the_prefix_is_read_only_and_serves_batches_of_any_size():
     model = tiny_model("llama")
     ids = _ids()
     with torch.inference_mode():
-        _, prefix = intact_logits(model, GEN_START, ids)
+        _, prefix = intact_scores(model, GEN_START, ids)
         before = [(k.clone(), v.clone()) for k, v in prefix.layers]
         cache = prefix.cache(12)
         for changes in ([[12]], [[12], [13], [20]]):  # the same cache object, batch 1 then batch 3
             seqs = _variants(ids, changes)
-            torch.testing.assert_close(variant_logits(model, GEN_START, seqs, prefix),
+            torch.testing.assert_close(variant_scores(model, GEN_START, seqs, prefix).logits,
                                        predicting_logits(model, GEN_START, input_ids=seqs), atol=1e-5, rtol=1e-5)
         model(input_ids=_variants(ids, [[12], [14]])[:, 12:-1], cache=cache, use_cache=True)
     assert cache.get_seq_length() == 12  # nothing was appended: the layers keep the prefix only, at batch 1

@@ -23,7 +23,7 @@ from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_t
                                                spread_onto_tokens)
 from ctxbench.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import last_logits
+from ctxbench.models.logits import scored
 from ctxbench.part import neutral, param, refuse
 from ctxbench.tokens import eos_id
 
@@ -171,8 +171,7 @@ def deleted_token_logprobs(model, input_ids: torch.Tensor, gen_start: int, delet
             batch[r, width - s.numel():] = s
             mask[r, width - s.numel():] = 1
         kw = {"input_ids": batch, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
-        logp = torch.log_softmax(last_logits(model, g, **kw), dim=-1)
-        out[lo:hi] = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0].double().cpu().numpy()
+        out[lo:hi] = scored(model, g, **kw).target_logprobs(targets).double().cpu().numpy()
 
     with attention_kernel(model, attn_implementation):
         run_in_batches(len(seqs), batch_size, score, what="ablation passes", unit="seq")

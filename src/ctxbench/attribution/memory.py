@@ -20,6 +20,7 @@ import torch
 
 from ctxbench.cgroup import memory_headroom
 from ctxbench.errors import ConfigError
+from ctxbench.models.logits import positions_per_slice
 
 GIB = 2 ** 30
 # What any pass of the model adds whatever the length: kernel and allocator workspaces, the per-layer weight blocks a
@@ -142,19 +143,22 @@ def attention_rows(s: ModelShape, T: int, rows: int) -> int:
 
 
 def scoring_passes(s: ModelShape, T: int, G: int, batch: int, padded: bool = False) -> int:
-    """Forward passes of ``batch`` variants of the input whose G generated tokens are scored."""
-    return forward_transient(s, T, batch, padded) + scored_logits(s, G, batch)
+    """Forward passes of ``batch`` variants of the input whose G generated tokens are scored, their logits a slice
+    of positions at a time where all would pass ``LOGITS_BYTES`` (ctxbench.models.logits.Scored)."""
+    sliced = min(G, positions_per_slice(batch, s.vocab))
+    return forward_transient(s, T, batch, padded) + scored_logits(s, sliced, batch)
 
 
 def ablation_passes(s: ModelShape, T: int, G: int, batch: int, kl: bool = False, padded: bool = False,
                     impl: Optional[str] = "sdpa") -> Need:
     """Batched ablation passes (perturbation, ContextCite): the intact input's keys and values shared by every batch
     (``SharedPrefix``), each batch's own for the layer under way, its working tensors and scored logits; with the KL
-    objective the intact input's next-token distributions too; ``padded``: the ablated inputs have other lengths
-    (ContextCite's deletions), so the batch is padded and its masks are per row."""
+    objective the intact input's next-token distributions too (a slice at a time, as the scored logits);
+    ``padded``: the ablated inputs have other lengths (ContextCite's deletions), so the batch is padded and its
+    masks are per row."""
     need = (T * s.layers * s.kv_width * s.elem + batch * T * s.kv_width * s.elem
             + scoring_passes(s, T, G, batch, padded) + eager_attention(s, T, impl, batch)
-            + (G * s.vocab * 4 if kl else 0) + 2 * result_matrix(T, G))
+            + (scored_logits(s, min(G, positions_per_slice(1, s.vocab))) if kl else 0) + 2 * result_matrix(T, G))
     return Need(need, f"{batch} ablated inputs per pass and their logits over {s.vocab:,} tokens")
 
 

@@ -21,7 +21,8 @@ from ctxbench.attribution.memory import ablation_passes
 from ctxbench.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import intact_logits, predicting_logits, variant_logits
+from ctxbench.models.logits import (Scored, intact_scores, positions_per_slice, predicting_scores,
+                                     variant_scores)
 from ctxbench.part import neutral, param
 from ctxbench.tokens import eos_id, eos_ids
 
@@ -105,26 +106,33 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
     first = [int(a.min()) if a.numel() else ids.numel() for a in ablations]
     order = sorted(range(len(ablations)), key=first.__getitem__)
     with attention_kernel(model, attn_implementation):
-        logits, prefix = intact_logits(model, gen_start, ids) if share_prefix else \
-            (predicting_logits(model, gen_start, input_ids=ids[None]), None)
-        ref_logp = torch.log_softmax(logits[0], dim=-1)  # (G, V)
-        reference = ref_logp.gather(-1, targets[:, None])[:, 0].double().cpu().numpy()
+        intact, prefix = intact_scores(model, gen_start, ids) if share_prefix else \
+            (predicting_scores(model, gen_start, ids[None]), None)
+        reference = intact.target_logprobs(targets)[0].double().cpu().numpy()
 
         def score(lo: int, hi: int) -> None:
             chunk = order[lo:hi]
             seqs = ids.repeat(len(chunk), 1)
             for row, i in enumerate(chunk):
                 seqs[row, ablations[i]] = pad_id
-            logp = torch.log_softmax(variant_logits(model, gen_start, seqs, prefix), dim=-1)  # (B, G, V)
+            ablated = variant_scores(model, gen_start, seqs, prefix)
             if objective == "kl":
-                val = (ref_logp.exp() * (ref_logp - logp)).sum(-1)
+                val = kl_divergence(intact, ablated)
             else:
-                val = logp.gather(-1, targets.expand(len(chunk), -1)[..., None])[..., 0]
+                val = ablated.target_logprobs(targets)
             out[chunk] = val.double().cpu().numpy()
 
         # a long input on a small GPU: the batch halves on out-of-memory, as the deletion passes' do
         run_in_batches(len(order), batch_size, score, what="ablation passes", unit="seq")
     return reference, out
+
+
+def kl_divergence(intact: Scored, ablated: Scored) -> torch.Tensor:
+    """KL(p_intact || p_ablated) of the next-token distributions at every scored position, (B, G): the slices of
+    the ablated batch's positions, the intact input's same positions beside each."""
+    step = positions_per_slice(ablated.rows, ablated.vocab)
+    pairs = zip(ablated.log_softmax(step), intact.log_softmax(step))
+    return torch.cat([(ref.exp() * (ref - logp)).sum(-1) for (_, logp), (_, ref) in pairs], dim=1)
 
 
 def spread_onto_tokens(score: np.ndarray, cols: np.ndarray, how: str) -> np.ndarray:

@@ -29,7 +29,7 @@ from ctxbench.attribution.memory import Need, scoring_passes
 from ctxbench.batching import run_in_batches
 from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
 from ctxbench.models.attention import attention_kernel
-from ctxbench.models.logits import predicting_logits
+from ctxbench.models.logits import predicting_scores
 from ctxbench.part import neutral, param, refuse
 from ctxbench.tokens import eos_id
 
@@ -203,9 +203,7 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
 
     def score(lo: int, hi: int) -> None:
         batch = sequences[lo:hi].to(device)
-        logits = predicting_logits(model, gen_start, input_ids=batch)
-        targets = batch[:, gen_start:]
-        lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        lp = predicting_scores(model, gen_start, batch).target_logprobs(batch[:, gen_start:])
         out[lo:hi] = lp.double().sum(-1).cpu().numpy()
 
     # A long prompt on a small GPU: the batch halves on out-of-memory instead of failing the run.

@@ -6,19 +6,31 @@ layer's keys and values there: with the intact input's cache (``SharedPrefix``) 
 the first position where any of them differs. On SmolLM2 (sdpa, float32) the logits are bit-identical to the full
 pass (tests/test_shared_prefix.py); a leave-one-sentence-out sweep saves about half of its work. (The deletion passes
 of faithfulness gain nothing from it: nearly every deleted set holds a token near the start; docs/metrics.md.)
+
+Scoring passes (faithfulness, perturbation, ContextCite) return ``Scored``: where the float32 logits of the scored
+positions would pass ``LOGITS_BYTES`` (a 262,144-token vocabulary, Gemma 3's, makes 2,000 generated tokens in a batch
+of 4 into 8 GiB of logits, twice that with the log-softmax's temporary), the pass keeps the final hidden states
+instead and projects them onto the vocabulary a slice of positions at a time.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
+import weakref
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
 from ctxbench import progress
+
+log = logging.getLogger(__name__)
+
+# The most float32 logits a scoring pass holds at once; above it, a slice of positions at a time (``Scored``).
+LOGITS_BYTES = 512 * 2 ** 20
 
 
 def _accepts(model, name: str) -> bool:
@@ -38,15 +50,14 @@ def predicting_logits(model, gen_start: int, *, input_ids: torch.Tensor = None,
     a fifth of the model's multiply-adds)."""
     x = input_ids if input_ids is not None else inputs_embeds
     kw = {"input_ids": x[:, :-1]} if input_ids is not None else {"inputs_embeds": x[:, :-1]}
-    return last_logits(model, x.shape[1] - gen_start, **kw)
+    g = x.shape[1] - gen_start
+    return _last(_scoring_pass(model, g, **_without_cache(model, kw)), g)
 
 
-def last_logits(model, g: int, **kw) -> torch.Tensor:
-    """float32 logits (B, g, V) at the last g positions of one pass of ``model`` on ``kw``, without building a
-    key/value cache, the vocabulary projection only there where the model takes ``logits_to_keep``."""
+def _without_cache(model, kw: dict) -> dict:
     if _accepts(model, "use_cache"):  # no key/value cache to build for a single pass
         kw["use_cache"] = False
-    return _last(_scoring_pass(model, g, **kw), g)
+    return kw
 
 
 def _scoring_pass(model, g: int, **kw):
@@ -59,6 +70,111 @@ def _scoring_pass(model, g: int, **kw):
 
 def _last(out, g: int) -> torch.Tensor:
     return out.logits[:, -g:, :].float()  # float32: fp16/bf16 underflow small probabilities
+
+
+def positions_per_slice(batch: int, vocab: int) -> int:
+    """How many scored positions of a batch one slice projects onto the vocabulary within ``LOGITS_BYTES``."""
+    return max(1, LOGITS_BYTES // (batch * vocab * 4))
+
+
+class VocabHead:
+    """A causal LM's last step from final hidden states to logits, as its forward takes it: the output embeddings,
+    then, where the config sets ``final_logit_softcapping`` (Gemma 2 and 3), ``cap * tanh(logits / cap)``; float32.
+    ``Scored`` checks it against the model's own logits at one position of every pass it serves."""
+
+    def __init__(self, module: torch.nn.Module, cap: Optional[float]):
+        self.module, self.cap = module, cap
+
+    @classmethod
+    def of(cls, model) -> Optional["VocabHead"]:
+        get = getattr(model, "get_output_embeddings", None)
+        module = get() if get is not None else None
+        if module is None or getattr(module, "weight", None) is None:
+            return None
+        cfg = model.config
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        cap = getattr(cfg, "final_logit_softcapping", None) or getattr(text, "final_logit_softcapping", None)
+        return cls(module, cap)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.module.weight.shape[0])
+
+    @torch.no_grad()  # scoring only; and a slice may be taken after the pass's inference mode has ended
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.module(hidden)
+        if self.cap:
+            logits = torch.tanh(logits / self.cap) * self.cap
+        return logits.float()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The scored positions of a pass (B, g): its float32 ``logits`` (B, g, V), or, where those would pass
+    ``LOGITS_BYTES``, the final ``hidden`` states (B, g, d) and the model's ``head``, projected a slice of positions
+    at a time."""
+
+    logits: Optional[torch.Tensor] = None
+    hidden: Optional[torch.Tensor] = None
+    head: Optional[VocabHead] = None
+
+    @property
+    def rows(self) -> int:
+        return (self.logits if self.logits is not None else self.hidden).shape[0]
+
+    @property
+    def positions(self) -> int:
+        return (self.logits if self.logits is not None else self.hidden).shape[1]
+
+    @property
+    def vocab(self) -> int:
+        return self.logits.shape[-1] if self.logits is not None else self.head.vocab
+
+    def log_softmax(self, step: Optional[int] = None) -> Iterator[tuple[slice, torch.Tensor]]:
+        """(positions, log-probabilities (B, n, V)) over the scored positions, ``step`` at a time (None: all at once
+        where the logits were kept, else the slice ``LOGITS_BYTES`` allows)."""
+        if step is None:
+            step = self.positions if self.logits is not None else positions_per_slice(self.rows, self.vocab)
+        for a in range(0, self.positions, step):
+            sl = slice(a, a + step)
+            logits = self.logits[:, sl] if self.logits is not None else self.head(self.hidden[:, sl])
+            yield sl, torch.log_softmax(logits, dim=-1)
+
+    def target_logprobs(self, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target) at every scored position, (B, g) float32; ``targets`` (g,) or (B, g)."""
+        targets = targets.expand(self.rows, -1) if targets.dim() == 1 else targets
+        return torch.cat([lp.gather(-1, targets[:, sl, None])[..., 0] for sl, lp in self.log_softmax()], dim=1)
+
+
+# Models whose head ``VocabHead`` did not reproduce (a scaling it does not know): their passes keep the logits.
+_UNREPRODUCED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _scored_pass(model, g: int, **kw) -> tuple[Scored, object]:
+    """``_scoring_pass`` as ``Scored``, and the model's output (for its key/value cache)."""
+    head = VocabHead.of(model)
+    batch = (kw["input_ids"] if "input_ids" in kw else kw["inputs_embeds"]).shape[0]
+    if head is None or model in _UNREPRODUCED or batch * g * head.vocab * 4 <= LOGITS_BYTES:
+        out = _scoring_pass(model, g, **kw)
+        return Scored(logits=_last(out, g)), out
+    kept = {}
+
+    def last_position_only(module, args):  # the model's head then projects one position, kept to check ours
+        kept["hidden"] = args[0]
+        return (args[0][:, -1:],) + tuple(args[1:])
+
+    handle = head.module.register_forward_pre_hook(last_position_only)
+    try:
+        out = _scoring_pass(model, g, **kw)
+    finally:
+        handle.remove()
+    hidden = kept["hidden"][:, -g:]
+    if torch.allclose(head(hidden[:, -1:]), _last(out, 1), rtol=1e-4, atol=1e-4):
+        return Scored(hidden=hidden, head=head), out
+    log.warning("%s: the vocabulary projection is not the output embeddings (and soft-capping) alone; its scoring "
+                "passes keep every scored position's logits", type(model).__name__)
+    _UNREPRODUCED.add(model)
+    return _scored_pass(model, g, **kw)
 
 
 def _cache_kwarg(model) -> Optional[str]:
@@ -112,33 +228,42 @@ def _prefix_layer_class():
     return PrefixLayer
 
 
-def intact_logits(model, gen_start: int, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[SharedPrefix]]:
-    """``predicting_logits`` of one input (T,) as (1, G, V), with its ``SharedPrefix`` from the same pass (None when
-    the model takes no cache or returns none in the expected layout)."""
+def scored(model, g: int, **kw) -> Scored:
+    """The last g positions of one pass of ``model`` on ``kw`` (without building a key/value cache)."""
+    return _scored_pass(model, g, **_without_cache(model, kw))[0]
+
+
+def predicting_scores(model, gen_start: int, input_ids: torch.Tensor) -> Scored:
+    """``predicting_logits`` of a batch (B, T) as ``Scored``."""
+    return scored(model, input_ids.shape[1] - gen_start, input_ids=input_ids[:, :-1])
+
+
+def intact_scores(model, gen_start: int, ids: torch.Tensor) -> tuple[Scored, Optional[SharedPrefix]]:
+    """``predicting_scores`` of one input (T,), with its ``SharedPrefix`` from the same pass (None when the model
+    takes no cache or returns none in the expected layout)."""
     ids = ids.reshape(-1)
     name = _cache_kwarg(model)
     if name is None or not _accepts(model, "use_cache"):
-        return predicting_logits(model, gen_start, input_ids=ids[None]), None
+        return predicting_scores(model, gen_start, ids[None]), None
     g = ids.shape[0] - gen_start
-    out = _scoring_pass(model, g, input_ids=ids[None, :-1], use_cache=True)
+    result, out = _scored_pass(model, g, input_ids=ids[None, :-1], use_cache=True)
     cache = getattr(out, "cache", None)
     cache = getattr(out, "past_key_values", None) if cache is None else cache
     layers = getattr(cache, "layers", None)
     ok = layers and all(getattr(lay, "keys", None) is not None and lay.keys.shape[-2] == ids.shape[0] - 1
                         for lay in layers)
     prefix = SharedPrefix(ids, tuple((lay.keys, lay.values) for lay in layers), name) if ok else None
-    return _last(out, g), prefix
+    return result, prefix
 
 
-def variant_logits(model, gen_start: int, input_ids: torch.Tensor, prefix: Optional[SharedPrefix]) -> torch.Tensor:
-    """``predicting_logits`` of a batch (B, T) of variants of ``prefix.ids``, run from their first difference on
+def variant_scores(model, gen_start: int, input_ids: torch.Tensor, prefix: Optional[SharedPrefix]) -> Scored:
+    """``predicting_scores`` of a batch (B, T) of variants of ``prefix.ids``, run from their first difference on
     (the whole pass without a prefix or when they differ at position 0)."""
     m = prefix.start(input_ids, gen_start) if prefix is not None else 0
     if m == 0:
-        return predicting_logits(model, gen_start, input_ids=input_ids)
+        return predicting_scores(model, gen_start, input_ids)
     g = input_ids.shape[1] - gen_start
-    out = _scoring_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})
-    return _last(out, g)
+    return _scored_pass(model, g, input_ids=input_ids[:, m:-1], use_cache=True, **{prefix.kwarg: prefix.cache(m)})[0]
 
 
 PADDING_SIDES = ("left", "right")
