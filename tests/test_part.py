@@ -88,6 +88,22 @@ def test_the_reports_check_lets_neutral_fields_differ():
         check_consistent([job(), job(steps=5)])
 
 
+def test_the_reports_check_reads_a_setting_a_run_predates_as_its_default():
+    """Runs written before ``memory_check`` existed had its default behaviour (no check; a check changes no figure
+    either way), so they join a newer run that records the default, and not one that records something else."""
+    from ctxbench.reporting.aggregate import JobRun, check_consistent
+
+    def job(**top):
+        return JobRun(Path("."), {"seed": 0, **top}, [], {})
+
+    check_consistent([job(), job(memory_check=True, memory_budget_gib=None, logger={})])
+    check_consistent([job(), job(length=1024)])  # the input length's default
+    with pytest.raises(ConfigError, match=r"not comparable: length \(1024, 2048\)"):  # other inputs
+        check_consistent([job(), job(length=2048)])
+    with pytest.raises(ConfigError, match=r"not comparable: unknown_key"):
+        check_consistent([job(), job(unknown_key=1)])
+
+
 # --- a retriever from outside the library ---------------------------------------------------------------------------
 
 def test_a_plugin_retriever_through_retrieval_sampling_and_preview(tmp_path, monkeypatch):
