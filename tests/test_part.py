@@ -92,9 +92,10 @@ def test_the_reports_check_reads_a_setting_a_run_predates_as_its_default():
     """Runs written before ``memory_check`` existed had its default behaviour (no check; a check changes no figure
     either way), so they join a newer run that records the default, and not one that records something else."""
     from ctxbench.reporting.aggregate import JobRun, check_consistent
+    from ctxbench.stages.report import run_defaults, with_defaults
 
-    def job(**top):
-        return JobRun(Path("."), {"seed": 0, **top}, [], {})
+    def job(**top):  # as the report stage reads a run: the settings it lacks at the schema's defaults
+        return JobRun(Path("."), with_defaults(run_defaults(), {"seed": 0, **top}), [], {})
 
     check_consistent([job(), job(memory_check=True, memory_budget_gib=None, logger={})])
     check_consistent([job(), job(length=1024)])  # the input length's default

@@ -212,28 +212,17 @@ def swept_keys(jobs: list[JobRun]) -> set[str]:
     return {k for k, v in values.items() if len(v) > 1}
 
 
-def stage_defaults() -> dict[str, Any]:
-    """The run stage's settings at their schema defaults (``ctxbench.conf.RunConfig``), flattened: a run written
-    before a version added a setting had that setting's default behaviour, so its absence there is that default."""
-    from omegaconf import OmegaConf
-
-    from ctxbench.conf import RunConfig  # here: ctxbench.conf imports the reporting package
-
-    return flatten(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False))
-
-
 def check_consistent(jobs: list[JobRun]) -> None:
     swept = swept_keys(jobs)
     # Datasets are the rows and methods the columns: they may always differ between runs.
     allowed = tuple(swept) + ("dataset", "attribution")
     flat = [flatten(without_neutral(j.config)) for j in jobs]
     keys = set().union(*flat)
-    defaults = stage_defaults()
     bad = []
     for k in sorted(keys):
         if k.startswith(IGNORED_PREFIXES) or k == "paths":
             continue
-        vals = {json.dumps(f.get(k, defaults.get(k, "<absent>")), sort_keys=True, default=str) for f in flat}
+        vals = {json.dumps(f.get(k, "<absent>"), sort_keys=True, default=str) for f in flat}
         if len(vals) > 1 and not any(k == a or k.startswith(a + ".") for a in allowed):
             bad.append(f"{k} ({', '.join(sorted(vals))})")
     if bad:

@@ -5,13 +5,16 @@ the same tasks."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.conf import ReportConfig, stage_config
+from ctxbench.conf import ReportConfig, RunConfig, stage_config
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
 from ctxbench.reporting.protocol import families_markdown, variants_markdown
@@ -24,6 +27,22 @@ from ctxbench.stages.run_shards import merged_shard_runs
 
 log = logging.getLogger(__name__)
 
+
+
+@functools.lru_cache(maxsize=1)
+def run_defaults() -> dict:
+    """The run stage's settings at their schema defaults."""
+    return OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False)
+
+
+def with_defaults(defaults: dict, config: dict) -> dict:
+    """``config`` with the settings it lacks taken from ``defaults``, at every depth: a run written before a version
+    added a setting had that setting's default behaviour, so the report's comparability check reads it so."""
+    out: dict[str, Any] = dict(defaults)
+    for k, v in config.items():
+        d = defaults.get(k)
+        out[k] = with_defaults(d, v) if isinstance(v, dict) and isinstance(d, dict) else v
+    return out
 
 def shown(path: str | Path) -> str:
     """A path as the log shows it: relative to the working directory when inside it (committed report logs then
@@ -95,6 +114,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     retrieval = find_retrieval_jobs(runs)
     attribution_runs = [r for r in runs if has_attribution_jobs(r)] if retrieval else runs
     jobs = find_jobs(attribution_runs, rc.prefer_later, rc.unfinished) if attribution_runs else []
+    jobs = [replace(j, config=with_defaults(run_defaults(), j.config)) for j in jobs]
     view = table_view(jobs, rc.view) if jobs else (rc.view or "seq")
     if jobs:
         table = table1(jobs, view, rc.stats)
