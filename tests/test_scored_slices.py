@@ -35,22 +35,21 @@ def _capped_gemma():
 MODELS = {"llama": lambda: tiny_model("llama"), "gemma3_softcapped": _capped_gemma}
 
 
-@pytest.fixture
-def one_position_slices(monkeypatch):
+def _slice_every_position(monkeypatch) -> None:
     """LOGITS_BYTES so small that every slice is one position."""
     monkeypatch.setattr(logits_mod, "LOGITS_BYTES", 1)
 
 
-def _both(fn):
+@pytest.fixture
+def one_position_slices(monkeypatch):
+    _slice_every_position(monkeypatch)
+
+
+def _both(fn, monkeypatch):
     """fn() with whole logits, then with one-position slices."""
     whole = fn()
-    mp = pytest.MonkeyPatch()
-    mp.setattr(logits_mod, "LOGITS_BYTES", 1)
-    try:
-        sliced = fn()
-    finally:
-        mp.undo()
-    return whole, sliced
+    _slice_every_position(monkeypatch)
+    return whole, fn()
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -72,21 +71,21 @@ def test_the_soft_capping_is_read_from_the_config():
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_faithfulness_deletion_passes_agree(name):
+def test_faithfulness_deletion_passes_agree(name, monkeypatch):
     model = MODELS[name]()
     seqs = torch.stack([_ids(s) for s in range(5)])
-    whole, sliced = _both(lambda: sequence_logprobs(model, seqs, GEN_START, batch_size=2))
+    whole, sliced = _both(lambda: sequence_logprobs(model, seqs, GEN_START, batch_size=2), monkeypatch)
     np.testing.assert_allclose(sliced, whole, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("objective", ["logprob", "kl"])
 @pytest.mark.parametrize("share_prefix", [True, False])
 @pytest.mark.parametrize("name", MODELS)
-def test_perturbation_ablation_passes_agree(name, objective, share_prefix):
+def test_perturbation_ablation_passes_agree(name, objective, share_prefix, monkeypatch):
     model = MODELS[name]()
     ablations = [torch.tensor(p) for p in ([20, 21], [2, 3], [10], [0, 1])]
     whole, sliced = _both(lambda: ablated_token_scores(model, _ids(), GEN_START, ablations, VOCAB - 1, 2,
-                                                       objective, share_prefix=share_prefix))
+                                                       objective, share_prefix=share_prefix), monkeypatch)
     for w, s in zip(whole, sliced):
         np.testing.assert_allclose(s, w, rtol=1e-5, atol=1e-5)
     if objective == "kl":
@@ -94,10 +93,11 @@ def test_perturbation_ablation_passes_agree(name, objective, share_prefix):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_context_cite_deletion_passes_agree(name):
+def test_context_cite_deletion_passes_agree(name, monkeypatch):
     model = MODELS[name]()
     deletions = [torch.tensor(p) for p in ([3, 4, 5], [10], [0, 1, 2, 6])]
-    whole, sliced = _both(lambda: deleted_token_logprobs(model, _ids(), GEN_START, deletions, VOCAB - 1, 2))
+    whole, sliced = _both(lambda: deleted_token_logprobs(model, _ids(), GEN_START, deletions, VOCAB - 1, 2),
+                          monkeypatch)
     np.testing.assert_allclose(sliced, whole, rtol=1e-5, atol=1e-5)
 
 

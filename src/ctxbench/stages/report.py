@@ -28,7 +28,6 @@ from ctxbench.stages.run_shards import merged_shard_runs
 log = logging.getLogger(__name__)
 
 
-
 @functools.lru_cache(maxsize=1)
 def run_defaults() -> dict:
     """The run stage's settings at their schema defaults."""
@@ -43,6 +42,7 @@ def with_defaults(defaults: dict, config: dict) -> dict:
         d = defaults.get(k)
         out[k] = with_defaults(d, v) if isinstance(v, dict) and isinstance(d, dict) else v
     return out
+
 
 def shown(path: str | Path) -> str:
     """A path as the log shows it: relative to the working directory when inside it (committed report logs then
