@@ -150,6 +150,30 @@ def test_ruler_bad_lines(tmp_path, mutate, where):
     assert f"{p}:2" in str(err.value) and where in str(err.value)
 
 
+def test_a_limit_converts_the_first_rows_and_still_checks_every_line(tmp_path, smol_tokenizer, monkeypatch):
+    """``limit`` (a run's max_examples): the first rows, equal to the unlimited load's; only they are converted (the
+    sentence segmentation is most of the load time), and a bad line past them still refuses the file."""
+    from ctxbench.datasets import ruler
+
+    p = write_jsonl(tmp_path / "t.jsonl", RULER_LINES)
+    full = load_ruler_jsonl(p, tokenizer=smol_tokenizer)
+    converted = []
+    real = ruler.ruler_example
+    monkeypatch.setattr(ruler, "ruler_example", lambda obj, **kw: converted.append(obj["index"]) or real(obj, **kw))
+    assert load_ruler_jsonl(p, tokenizer=smol_tokenizer, limit=1) == full[:1] and converted == [0]
+    assert load_ruler_jsonl(p, limit=5) == load_ruler_jsonl(p)  # a limit past the end: every row
+    bad = {**RULER_LINES[1], "outputs": "x"}
+    write_jsonl(p, [RULER_LINES[0], bad])
+    with pytest.raises(DataError, match=r"t.jsonl:2: field 'outputs'"):
+        load_ruler_jsonl(p, limit=1)
+    # Dataset.load passes the run's max_examples down
+    data = tmp_path / "data"
+    write_jsonl(data / "ruler_multihop" / "128" / "niah_mq_q2" / "validation.jsonl", RULER_LINES)
+    converted.clear()
+    _, got = RulerTask(name="niah_mq_q2", length=128).load(Paths(data_dir=str(data)), smol_tokenizer, 1)
+    assert [e.prompt for e in got] == [full[0].prompt] and converted == [0]
+
+
 def test_ruler_malformed_json_and_duplicate_index(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_text(json.dumps(RULER_LINES[0]) + "\n{oops\n")

@@ -59,8 +59,9 @@ class Dataset(Part, ABC):
         """The file holding the raw data (a kind that can generate it does so here when it is missing)."""
 
     @abstractmethod
-    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
-        """Every example of the raw file (spans checked against ``tokenizer`` when given)."""
+    def load_raw(self, path: Path, tokenizer=None, limit: Optional[int] = None) -> list[CachedExample]:
+        """The examples of the raw file, the first ``limit`` of them when given (spans checked against ``tokenizer``
+        when given); a kind whose conversion is costly converts only those, but checks every line."""
 
     def sampled_cache(self, paths: Paths) -> Path:
         return Path(paths.samples_dir) / f"{self.name}.jsonl"
@@ -82,7 +83,8 @@ class Dataset(Part, ABC):
             return self._loaded(LoadedSource(self.name, "cache", cache), read_examples(cache, tokenizer=tokenizer),
                                 max_examples)
         path = self.raw_path(paths, tokenizer)
-        return self._loaded(LoadedSource(self.name, self.kind, path), self.load_raw(path, tokenizer), max_examples)
+        return self._loaded(LoadedSource(self.name, self.kind, path), self.load_raw(path, tokenizer, max_examples),
+                            max_examples)
 
     def _loaded(self, source: LoadedSource, examples, max_examples: Optional[int]):
         examples = list(examples)[:max_examples]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from ctxbench.datasets.base import Dataset, Paths
 from ctxbench.errors import DataError
@@ -28,8 +28,8 @@ class CachedJsonl(Dataset):
             raise DataError("no such CachedExample JSONL file (dataset.path)", file=path)
         return path
 
-    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
-        return list(read_examples(path, tokenizer=tokenizer))
+    def load_raw(self, path: Path, tokenizer=None, limit: Optional[int] = None) -> list[CachedExample]:
+        return list(read_examples(path, tokenizer=tokenizer))[:limit]
 
 
 __all__ = ["CachedJsonl"]

@@ -89,5 +89,5 @@ class MoreHopQA(Dataset):
     def raw_path(self, paths: Paths, tokenizer=None) -> Path:
         return Path(self.path) if self.path else morehopqa_sample()
 
-    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
-        return load_morehopqa(path)
+    def load_raw(self, path: Path, tokenizer=None, limit: Optional[int] = None) -> list[CachedExample]:
+        return load_morehopqa(path)[:limit]

@@ -105,7 +105,11 @@ def ruler_example(obj: dict[str, Any], *, task: str, tokenizer=None) -> CachedEx
                          sink_span=sink, thinking_span=None, metadata=metadata)
 
 
-def load_ruler_jsonl(path: str | Path, *, task: Optional[str] = None, tokenizer=None) -> list[CachedExample]:
+def load_ruler_jsonl(path: str | Path, *, task: Optional[str] = None, tokenizer=None,
+                     limit: Optional[int] = None) -> list[CachedExample]:
+    """The file's rows as CachedExamples; ``limit``: only the first ``limit`` are converted (sentence segmentation
+    and token spans take most of the time: a run of 4 examples need not pay for 500), while every line is still
+    checked, so a bad line anywhere refuses the file whatever the limit."""
     path = Path(path)
     task = task or (path.parent.name if path.name == "validation.jsonl" else path.stem)
     out = []
@@ -126,5 +130,6 @@ def load_ruler_jsonl(path: str | Path, *, task: Optional[str] = None, tokenizer=
             raise DataError(f"duplicate index {obj['index']!r} (first on line {seen[obj['index']]})",
                             file=path, line=lineno, field="index")
         seen[obj["index"]] = lineno
-        out.append(ruler_example(obj, task=task, tokenizer=tokenizer))
+        if limit is None or len(out) < limit:
+            out.append(ruler_example(obj, task=task, tokenizer=tokenizer))
     return out

@@ -75,8 +75,8 @@ class RulerTask(Dataset):
             f"{ruler_lengths(paths.data_dir, self.name) or 'none'}); generate it with "
             f"`python exp/exp2/prepare_data.py dataset={self.name} length={self.length}`")
 
-    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
-        return load_ruler_jsonl(path, task=self.name, tokenizer=tokenizer)
+    def load_raw(self, path: Path, tokenizer=None, limit: Optional[int] = None) -> list[CachedExample]:
+        return load_ruler_jsonl(path, task=self.name, tokenizer=tokenizer, limit=limit)
 
 
 @dataclass(kw_only=True)
@@ -92,8 +92,8 @@ class RulerJsonl(Dataset):
             raise DataError("no such RULER-format JSONL file (dataset.path)", file=path)
         return path
 
-    def load_raw(self, path: Path, tokenizer=None) -> list[CachedExample]:
-        return load_ruler_jsonl(path, task=self.name, tokenizer=tokenizer)
+    def load_raw(self, path: Path, tokenizer=None, limit: Optional[int] = None) -> list[CachedExample]:
+        return load_ruler_jsonl(path, task=self.name, tokenizer=tokenizer, limit=limit)
 
 
 __all__ = ["RULER_SUBDIR", "RulerJsonl", "RulerTask", "TASKS", "ruler_lengths"]

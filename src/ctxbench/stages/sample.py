@@ -132,8 +132,8 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         raise ConfigError("model: spans need a local tokenizer: set the model group to the model run_exp will "
                           "explain (backend hf) and generate with generator=openai")
     # Sampling reads the raw data, never a cache of its own output.
-    source, examples = dataset.load(paths, tokenizer, use_cache=False)
-    examples = examples[:cfg.max_rows]  # before sharding: shards split the same first rows
+    # the first max_rows rows, before sharding: shards split the same first rows
+    source, examples = dataset.load(paths, tokenizer, cfg.max_rows, use_cache=False)
     generator.check(examples, dataset.name)
     cache = cache_path(cfg, dataset.name)
 
