@@ -419,7 +419,9 @@ def test_run_exp_writes_attnlrp_records(tmp_path):
     from ctxbench.stages.run import RESULTS, run_stage
     from helpers.configs import run_cfg
 
-    cfg = run_cfg(tmp_path, "dataset.num_samples=1", "max_examples=1", "attribution=[attnlrp,ft_attnlrp]",
+    # niah_single_1: one needle, so a short gold answer (AttnLRP runs a backward pass per generated token)
+    cfg = run_cfg(tmp_path, "dataset=niah_single_1", "dataset.num_samples=1", "max_examples=1",
+                  "attribution=[attnlrp,ft_attnlrp]",
                   "attribution.attnlrp.row_batch=8", "attribution.ft_attnlrp.hops=2", "mode=[recovery]",
                   "views=[seq]", "heatmaps=0", "save_traces=true")
     out = tmp_path / "job"

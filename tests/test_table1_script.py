@@ -27,10 +27,11 @@ def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
     # the script runs in the project root (paths.root=.): every folder a lane reads or writes is given here
     short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}"]
-    # the gold lanes run at 512 tokens here to save time; a CoT variant's lanes at the sampling stage's 1,024 (its
-    # caches are made at that length)
+    # the gold lanes run at 512 tokens here to save time, on 2 generated rows (rows are made one by one: the first
+    # of 500 is the same row); a CoT variant's lanes at the sampling stage's 1,024 (its caches are made at that
+    # length) with a samples_dir of its own
     if lane != "report" and variant == "gold":
-        short += ["length=512", f"paths.samples_dir={tmp_path / 'samples'}"]  # (a CoT variant names its own)
+        short += ["length=512", "dataset.num_samples=2", f"paths.samples_dir={tmp_path / 'samples'}"]
     return subprocess.run(["bash", str(SCRIPT), variant, lane, *short, *overrides], env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -104,7 +105,7 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
     vdir = tmp_path / "runs" / "cot_evidence"
     for t in tasks.split(","):
         assert json.loads((vdir / "sample" / f"dataset={t}" / "funnel.json").read_text())["kept"] == 1
-    out = _lane(tmp_path, "faith", "attribution=[ifr_multi_hop_both,attention]", "mode.faithfulness.steps=4",
+    out = _lane(tmp_path, "faith", "attribution=[ifr_multi_hop_both,attention]", "mode.faithfulness.steps=2",
                 variant="cot_evidence", tasks=tasks)
     assert out.returncode == 0, out.stderr[-3000:]
     for t in tasks.split(","):
