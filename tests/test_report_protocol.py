@@ -121,6 +121,38 @@ def test_funnel_of_a_sampled_cache(tmp_path):
     assert row["accuracy"] == pytest.approx(1 / 3)  # judged correct 1 of 3 generated
 
 
+def test_time_per_stage(tmp_path):
+    """The sampling stage's wall time from its log (rows written before it was recorded count as untimed), and per
+    run and method the mean seconds per example, attribution alone and with its scoring."""
+    from types import SimpleNamespace
+
+    from ctxbench.reporting.protocol import source_rows, time_markdown, time_rows
+
+    cache = tmp_path / "samples" / "niah_mq_q2.jsonl"
+    cache.parent.mkdir()
+    cache.write_text("")
+    log = [{"id": "0", "status": "kept", "seconds": 2.5}, {"id": "1", "status": "judged_wrong", "seconds": 1.5},
+           {"id": "2", "status": "kept"}, {"done": True}]
+    (tmp_path / "samples" / "niah_mq_q2.jsonl.log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
+    sources = source_rows([SimpleNamespace(dataset="niah_mq_q2", source={"kind": "cache", "path": str(cache)})])
+    assert (sources[0]["funnel"]["seconds"], sources[0]["funnel"]["timed_rows"]) == (4.0, 2)
+
+    timed = [dict(r, attribution_s=a, scoring_timings={"faithfulness": 3.0, "recovery": 0.5})
+             for r, a in zip([r for r in RECS if r["method"] == "attention"], (1.0, 2.0, 4.5))]
+    attribution = {"attention": {"_target_": "x"}}
+    jobs = find_jobs([write_job(tmp_path / "lanes" / "faith_rec", "dataset=niah_mq_q2", timed, attribution)])
+    rows = time_rows(jobs)
+    assert rows == [{"dataset": "niah_mq_q2", "run": "faith_rec", "method": "attention", "examples": 3,
+                     "attribution_s": pytest.approx(2.5), "total_s": pytest.approx(6.0)}]
+    md = "\n".join(time_markdown(rows, sources))
+    # 4.0 s over the 2 timed of 3 rows tried; 2 kept: 2.0 s each
+    assert "| niah_mq_q2 | 3 (2) | 4 | 2.0 | 2.0 |" in md
+    assert "| niah_mq_q2 | faith_rec | attention | 3 | 2.5 | 6.0 |" in md
+    _, _, table = write_table1(jobs, tmp_path / "report", view="row")
+    assert "## Time per stage" in table and "Sampling stage" not in table  # no sampled cache among these runs
+    assert json.loads((tmp_path / "report" / "table1.json").read_text())["time"][0]["total_s"] == pytest.approx(6.0)
+
+
 def test_variants_side_by_side_with_the_paper(tmp_path):
     from omegaconf import OmegaConf
 

@@ -51,6 +51,9 @@ def test_replayed_answers_are_parsed_judged_and_cached(tmp_path, smol_tokenizer)
     log = [json.loads(line) for line in log_path(cache).read_text().splitlines()]
     assert len(log) == 151 and log[-1] == {"done": True}
     assert log[1]["status"] == "malformed" and log[1]["reason"] == "no_box" and log[1]["prompt"]["messages"]
+    # every row carries its share of the stage's wall time; the funnel sums them
+    assert all(x["seconds"] >= 0 for x in log[:-1])
+    assert out["timed_rows"] == 150 and out["seconds"] == pytest.approx(sum(x["seconds"] for x in log[:-1]), abs=1e-3)
     # a rerun processes nothing again
     before = cache.read_bytes(), log_path(cache).read_bytes()
     assert sample_stage(cfg, tmp_path / "job2")["kept"] == 3

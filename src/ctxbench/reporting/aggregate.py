@@ -21,7 +21,7 @@ from ctxbench.part import without_neutral
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
-                                        source_markdown, source_rows)
+                                        source_markdown, source_rows, time_markdown, time_rows)
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.render import csv_text, markdown
 from ctxbench.reporting.results_table import (Table, direction, rows_from_cells, shown_metrics, table1_means,
@@ -325,10 +325,11 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  table: Optional[tuple] = None, caption: Optional[str] = None,
                  min_examples: int = 0, samples: Iterable[str | Path] = ()) -> tuple[Path, Path, str]:
     """``table1.md`` (``caption``, the Table-1 layout with intervals, where the targets came from, the recall budget,
-    the faithfulness orderings by deletion set, the paired comparisons, and with ``paper`` the order of the methods
-    against the paper's Table 1), ``table1.csv`` (one row per dataset: means per method/metric) and ``table1.json``
-    (all of it). A cell scored on fewer than ``min_examples`` examples is not filled (the table says so); the caches
-    in the ``samples`` folders that no run explained are listed with their funnels.
+    the faithfulness orderings by deletion set, the paired comparisons, with ``paper`` the order of the methods
+    against the paper's Table 1, and the time each stage took), ``table1.csv`` (one row per dataset: means per
+    method/metric) and ``table1.json`` (all of it). A cell scored on fewer than ``min_examples`` examples is not
+    filled (the table says so); the caches in the ``samples`` folders that no run explained are listed with their
+    funnels.
     ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
     datasets, methods, described, cells = table or table1(jobs, view, stats)
@@ -341,6 +342,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     sources = source_rows(jobs, list(samples))
     budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
     by_set = deletion_set_rows(datasets, methods, cells, comps, paper_figures)
+    times = time_rows(jobs)
 
     def n_of(d):
         return task_n(cells, d, methods)
@@ -354,7 +356,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                     *(["", *budget_markdown(budgets)] if budgets else []),
                     *(["", *deletion_set_markdown(by_set)] if by_set else []),
                     *comparisons_markdown(comps, datasets, metrics, stats),
-                    *(["", *ordering_markdown(orderings)] if paper else [])])
+                    *(["", *ordering_markdown(orderings)] if paper else []),
+                    *(["", *time_markdown(times, sources)] if times else [])])
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
@@ -364,8 +367,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     (out / "table1.json").write_text(json.dumps({
         "caption": caption, "models": sorted({j.config.get("model", {}).get("name") or "" for j in jobs} - {""}),
         "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
-        "deletion_sets": by_set, "view": view, "stats": asdict(stats), "datasets": datasets, "methods": methods,
-        "metrics": metrics,
+        "deletion_sets": by_set, "time": times, "view": view, "stats": asdict(stats), "datasets": datasets,
+        "methods": methods, "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],

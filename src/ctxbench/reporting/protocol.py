@@ -1,7 +1,8 @@
 """What a Table-1 report was made from, beside its figures (docs/report.md#protocol): per task, where the explained
 targets came from (gold continuation, or a sampling stage's CoT cache with its funnel and the model's accuracy),
-the recall budget k/|gold| and the recall ceiling of each recall definition, and the faithfulness orderings under each
-deletion set (the FlashTrace paper's mixed sets, and one common set for every method)."""
+the recall budget k/|gold| and the recall ceiling of each recall definition, the faithfulness orderings under each
+deletion set (the FlashTrace paper's mixed sets, and one common set for every method), and the time each stage
+took."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
 from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.paper import ranked
+from ctxbench.reporting.tables import by_method, example_seconds
 from ctxbench.sampling.cache import funnel
 
 
@@ -352,3 +354,43 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
     lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "
               "in every model |", "|---|---|---|---|", *summary]
     return "\n".join(lines) + "\n"
+
+
+# --- time per stage -------------------------------------------------------------------------------------------------
+
+def time_rows(jobs) -> list[dict[str, Any]]:
+    """Per run and method: the examples it scored and the mean seconds per example, of the attribution alone and
+    with its scoring (``tables.example_seconds``); the run is named by its folder's parent (a Table-1 lane:
+    ``faith_rec``, ``ig``, ``rec_h1``, ...)."""
+    out = []
+    for job in jobs:
+        for method, recs in by_method(job.records()).items():
+            out.append({"dataset": job.dataset, "run": job.path.parent.name, "method": method, "examples": len(recs),
+                        "attribution_s": float(np.mean([float(r["attribution_s"]) for r in recs])),
+                        "total_s": float(np.mean([example_seconds(r) for r in recs]))})
+    return out
+
+
+def time_markdown(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["## Time per stage", ""]
+    sampled = [r for r in sources if r.get("funnel") and r["funnel"].get("seconds") is not None]
+    if sampled:
+        lines += ["Sampling stage: its wall time over the rows it tried (generation and judging; a row's share of "
+                  "its chunk), as its cache's log records it.", "",
+                  "| task | rows tried (timed) | wall s | s per row | s per kept example |", "|---|---|---|---|---|"]
+        for r in sampled:
+            f = r["funnel"]
+            per_kept = f"{f['seconds'] / f['kept']:.1f}" if f["kept"] else "–"
+            lines.append(f"| {r['dataset']} | {f['processed']} ({f['timed_rows']}) | {f['seconds']:.0f} | "
+                         f"{f['seconds'] / max(f['timed_rows'], 1):.1f} | {per_kept} |")
+        lines.append("")
+    lines += ["Attribution stage: mean seconds per example of each method, the attribution alone and with its "
+              "scoring (faithfulness's deletion passes, recovery), in the run's own process (lanes that shared the "
+              "cores ran slower).", "",
+              "| task | run | method | examples | attribution s | with scoring s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['run']} | {r['method']} | {r['examples']} | {r['attribution_s']:.1f} | "
+                     f"{r['total_s']:.1f} |")
+    return lines

@@ -4,7 +4,8 @@ For a cache ``<name>.jsonl`` (the CachedExample rows kept) the stage also keeps,
 
 - ``<name>.jsonl.config.json``: the settings that change what is generated (data, model, retriever, template, pool,
   generator, judge); written when the cache is created. A run with other settings refuses to append, naming the keys.
-- ``<name>.jsonl.log.jsonl``: one line per processed dataset row (kept or why not, retrieved ids, the prompt sent), and
+- ``<name>.jsonl.log.jsonl``: one line per processed dataset row (kept or why not, retrieved ids, the prompt sent,
+  the generation, ``seconds``: its share of the stage's wall time), and
   a final ``{"done": true}`` line when every row of the run's slice is processed. A row is processed once: a rerun skips
   the rows in the log or in the cache (a kill between the two writes leaves the row in the cache only).
 
@@ -96,16 +97,21 @@ class SampleCache:
 
 
 def funnel(path: Path) -> dict[str, Any]:
-    """Counts over a cache's log: rows processed, generated, well-formed, judged correct, kept, rejection reasons, and
-    ``box_forced``: generations in which a decoding guard wrote box markup (``Generation.forced``)."""
+    """Counts over a cache's log: rows processed, generated, well-formed, judged correct, kept, rejection reasons,
+    ``box_forced``: generations in which a decoding guard wrote box markup (``Generation.forced``), and ``seconds``:
+    the sampling stage's wall time over the rows whose log records it (``timed_rows`` of them; older logs do not)."""
     statuses: Counter = Counter()
     reasons: Counter = Counter()
-    n = guarded = 0
+    n = guarded = timed = 0
+    seconds = 0.0
     for _, obj in iter_jsonl(log_path(path)) if log_path(path).exists() else []:
         if "id" not in obj:
             continue
         n += 1
         guarded += bool((obj.get("generation") or {}).get("forced"))
+        if obj.get("seconds") is not None:
+            timed += 1
+            seconds += float(obj["seconds"])
         statuses[obj["status"]] += 1
         if obj["status"] == "malformed":  # the format check's stable reason; other statuses are their own reason
             reasons[obj.get("reason") or "malformed"] += 1
@@ -117,7 +123,7 @@ def funnel(path: Path) -> dict[str, Any]:
     correct = judged - statuses["judged_wrong"]
     return {"processed": n, "generated": generated, "well_formed": well_formed, "judged": judged,
             "judged_correct": correct, "kept": statuses["kept"], "rejections": dict(sorted(reasons.items())),
-            "box_forced": guarded}
+            "box_forced": guarded, "seconds": round(seconds, 3) if timed else None, "timed_rows": timed}
 
 
 def merge_shards(cache: Path, count: int, order: list[str], max_examples: Optional[int] = None) -> dict[str, Any]:

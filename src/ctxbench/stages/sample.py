@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -69,6 +70,7 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
         if max_examples is not None and cache.kept >= max_examples:
             break
         part = pending[start:start + chunk]
+        t0 = time.perf_counter()
         shots = few_shot_prompts(retriever, template, pool, [q for _, q in part], tokenizer)
         gens = generator.generate([GenerationRequest(ex.example_id, fs.prompt.messages or
                                                      [{"role": "user", "content": fs.prompt.text}], fs.prompt.text,
@@ -79,9 +81,11 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
         verdicts = dict(zip(to_judge, judge.judge([JudgeItem(
             splits[i].answer, str(part[i][0].metadata.get("reference_answer", "")),
             part[i][0].prompt.rsplit("\n", 1)[-1]) for i in to_judge])))
+        # the chunk's rows are generated and judged together: each row is charged an equal share of its wall time
+        seconds = round((time.perf_counter() - t0) / len(part), 3)
         for i, ((ex, _), fs, g) in enumerate(zip(part, shots, gens)):
             entry: dict[str, Any] = {"retrieved_ids": fs.ids, "prompt": fs.prompt.to_dict(),
-                                     "generation": g.to_dict()}
+                                     "generation": g.to_dict(), "seconds": seconds}
             kept = None
             if not g.ok:
                 entry.update(status="generation_error", reason=g.error)
