@@ -16,7 +16,10 @@ from helpers.cli import run_script
 from helpers.paths import CACHE_DIR, ROOT
 
 SCRIPT = ROOT / "scripts" / "table1.sh"
-JOB = "dataset=niah_mq_q2,max_examples=1"
+# the gold lanes test runs on niah_single_1: one needle, a short gold answer (the per-token methods, AttnLRP and
+# per-token IFR, take a pass per generated token)
+GOLD_TASK = "niah_single_1"
+JOB = f"dataset={GOLD_TASK},max_examples=1"
 SEVEN = ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions", "attention", "attnlrp",
          "perturbation"]
 
@@ -27,11 +30,12 @@ def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
     # the script runs in the project root (paths.root=.): every folder a lane reads or writes is given here
     short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}"]
-    # the gold lanes run at 512 tokens here to save time, on 2 generated rows (rows are made one by one: the first
-    # of 500 is the same row); a CoT variant's lanes at the sampling stage's 1,024 (its caches are made at that
-    # length) with a samples_dir of its own
+    # the gold lanes run at 256 tokens here to save time (perturbation's leave-one-sentence-out passes: 56 s of the
+    # faith lane's 108 at 512), on 2 generated rows (rows are made one by one: the first of 500 is the same row); a
+    # CoT variant's lanes at the sampling stage's 1,024 (its caches are made at that length) with a samples_dir of
+    # its own
     if lane != "report" and variant == "gold":
-        short += ["length=512", "dataset.num_samples=2", f"paths.samples_dir={tmp_path / 'samples'}"]
+        short += ["length=256", "dataset.num_samples=2", f"paths.samples_dir={tmp_path / 'samples'}"]
     return subprocess.run(["bash", str(SCRIPT), variant, lane, *short, *overrides], env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -61,7 +65,7 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     steps = "mode.faithfulness.steps=2"
     ig = ["attribution.integrated_gradients.ig_steps=2", steps]
     for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig)]:
-        out = _lane(tmp_path, lane, *extra)
+        out = _lane(tmp_path, lane, *extra, tasks=GOLD_TASK)
         assert out.returncode == 0, out.stderr[-3000:]
     rec1, rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_h1", "rec_h3", "faith_rec", "ig"))
     assert [r["method"] for r in rec] == ["ifr_multi_hop_both"] and set(rec[0]) >= {"recovery"}
@@ -72,14 +76,14 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert all(set(r["faithfulness"]) == {"row"} for r in faith + ig)  # Table 1's view only
 
     # a rerun resumes: nothing is recomputed, nothing is lost
-    again = _lane(tmp_path, "rec")
+    again = _lane(tmp_path, "rec", tasks=GOLD_TASK)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _records(tmp_path, "rec_h3") == rec
 
-    out = _lane(tmp_path, "report")
+    out = _lane(tmp_path, "report", tasks=GOLD_TASK)
     assert out.returncode == 0, out.stderr[-3000:]
     saved = json.loads((tmp_path / "runs" / "report" / "table1.json").read_text())
-    cells = {c["method"]: c for c in saved["cells"] if c["dataset"] == "niah_mq_q2"}
+    cells = {c["method"]: c for c in saved["cells"] if c["dataset"] == GOLD_TASK}
     assert sorted(cells) == sorted(SEVEN + ["integrated_gradients", "ifr_multi_hop_both (hops=3)"])
     # FlashTrace's recall is the hops=1 stop-token lane's (prefer_later); hops=3 a row of its own; its faithfulness
     # the faith lane's

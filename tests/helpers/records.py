@@ -42,6 +42,11 @@ def without_timings(obj):
     return obj
 
 
+def without_time_section(table1_md: str) -> str:
+    """A Table-1 page without its last section, the time per stage (timings, and the run folders' names)."""
+    return table1_md.split("\n## Time per stage")[0]
+
+
 def write_job_folder(job: Path, config: dict, overrides: Iterable[str] = (), records: Optional[Iterable[dict]] = None,
                      summary: Optional[dict] = None, dataset: Optional[dict] = None) -> Path:
     """A run_exp job folder as the reports read it: ``manifest.json`` (``config``, and the loaded ``dataset`` when
