@@ -143,11 +143,12 @@ def test_time_per_stage(tmp_path):
     jobs = find_jobs([write_job(tmp_path / "lanes" / "faith_rec", "dataset=niah_mq_q2", timed, attribution)])
     rows = time_rows(jobs)
     assert rows == [{"dataset": "niah_mq_q2", "run": "faith_rec", "method": "attention", "examples": 3,
-                     "attribution_s": pytest.approx(2.5), "total_s": pytest.approx(6.0)}]
+                     "attribution_s": pytest.approx(2.5), "total_s": pytest.approx(6.0),
+                     "total_median_s": pytest.approx(5.5)}]
     md = "\n".join(time_markdown(rows, sources))
     # 4.0 s over the 2 timed of 3 rows tried; 2 kept: 2.0 s each
     assert "| niah_mq_q2 | 3 (2) | 4 | 2.0 | 2.0 |" in md
-    assert "| niah_mq_q2 | faith_rec | attention | 3 | 2.5 | 6.0 |" in md
+    assert "| niah_mq_q2 | faith_rec | attention | 3 | 2.5 | 6.0 | 5.5 |" in md
     _, _, table = write_table1(jobs, tmp_path / "report", view="row")
     assert "## Time per stage" in table and "Sampling stage" not in table  # no sampled cache among these runs
     assert json.loads((tmp_path / "report" / "table1.json").read_text())["time"][0]["total_s"] == pytest.approx(6.0)
