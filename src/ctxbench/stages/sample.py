@@ -82,6 +82,7 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
             splits[i].answer, str(part[i][0].metadata.get("reference_answer", "")),
             part[i][0].prompt.rsplit("\n", 1)[-1]) for i in to_judge])))
         # the chunk's rows are generated and judged together: each row is charged an equal share of its wall time
+        # (a chunk cut short by max_examples leaves the share of its unrecorded rows out)
         seconds = round((time.perf_counter() - t0) / len(part), 3)
         for i, ((ex, _), fs, g) in enumerate(zip(part, shots, gens)):
             entry: dict[str, Any] = {"retrieved_ids": fs.ids, "prompt": fs.prompt.to_dict(),
