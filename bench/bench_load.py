@@ -1,7 +1,7 @@
 """Loading a RULER task as a run does (``RulerTask.load``): every row of the file against the run's ``max_examples``
 first rows (``Dataset.load_raw``'s ``limit``: only those are converted; sentence segmentation and token spans are
-most of a row's load time, while the checks of every line stay). Prints seconds per load and the ratio to loading
-every row, per task.
+most of a row's load time, while the checks of every line stay). Prints seconds per load (best of --repeats) and
+the ratio to loading every row, per task.
 
     python bench/bench_load.py [--num-samples 500] [--length 1024] [--tasks niah_mq_q2,vt_h2_c3] [--limits 4,20]
 """
@@ -9,21 +9,12 @@ every row, per task.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
+from bench_faithfulness import best_of  # the bench folder is on sys.path when a script in it runs
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -48,10 +39,10 @@ def main(argv=None) -> int:
         for name in [t.strip() for t in args.tasks.split(",") if t.strip()]:
             task = RulerTask(name=name, length=args.length, num_samples=args.num_samples)
             task.raw_path(paths, tok)  # generated once, outside the timings
-            full = timed(lambda: task.load(paths, tok), args.repeats)
+            full = best_of(lambda: task.load(paths, tok), args.repeats)
             line = f"{name:<14}{args.num_samples:>6}{full:>12.2f}"
             for n in limits:
-                part = timed(lambda: task.load(paths, tok, n), args.repeats)
+                part = best_of(lambda: task.load(paths, tok, n), args.repeats)
                 line += f"{part:>12.3f}{part / full:>8.3f}"
             print(line, flush=True)
     return 0
