@@ -386,7 +386,7 @@ def time_markdown(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> 
             f = r["funnel"]
             per_kept = f"{f['seconds'] / f['kept']:.1f}" if f["kept"] else "–"
             lines.append(f"| {r['dataset']} | {f['processed']} ({f['timed_rows']}) | {f['seconds']:.0f} | "
-                         f"{f['seconds'] / max(f['timed_rows'], 1):.1f} | {per_kept} |")
+                         f"{f['seconds'] / f['timed_rows']:.1f} | {per_kept} |")
         lines.append("")
     lines += ["Attribution stage: mean seconds per example of each method, the attribution alone and with its "
               "scoring (faithfulness's deletion passes, recovery), and the median of the latter, in the run's own "
