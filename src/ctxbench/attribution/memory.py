@@ -8,7 +8,7 @@ measured peaks", has the measured peaks they are checked against): what IFR's ca
 attention rows the attention baseline keeps (``attention_rows``), the transient activations of a batched forward pass
 without its logits (``forward_transient``) and the logits of the positions scored (``scored_logits``: a 262k-token
 vocabulary makes these the largest term of a scoring pass). They are estimates: ``tests/test_memory.py`` holds them
-within a band around the peak resident memory measured on the real models.
+at 1-3x the peak of the live tensors measured on the real models, which leaves the C allocator's slack room.
 """
 
 from __future__ import annotations
