@@ -2,15 +2,16 @@
 on the CPU: time over one forward pass, peak memory added.
 
     OMP_NUM_THREADS=2 python bench/bench_length.py [--lengths 1024 2048 4096 8192] [--methods ifr_multi_hop attention]
-        [--model smollm2-135m]
+        [--model smollm2-135m] [--generated 0]
         [--threads 2] [--repeats 3] [--method-repeats 1] [--paired] [--timeout-per-method 300] [--max-added-gib 6]
         [--profile ifr_multi_hop]
 
-Input (``make_input``): a RULER-style needle in a haystack of exactly L tokens, L - L/4 of prompt and L/4 generated. The
-haystack is the offline Wikipedia summaries that the RULER generator uses (``wiki_sentences``), one "special magic
-number" sentence at half depth and the question last; the generated part is teacher-forced: more haystack prose as a
-stand-in chain of thought, then "Answer: \\box{<number>}" and EOS. The sink span is the answer, the thinking span the
-rest (only lengths matter for the cost; the text is real so sentence-based methods see real sentences).
+Input (``make_input``): a RULER-style needle in a haystack of exactly L tokens, L - L/4 of prompt and L/4 generated
+(``--generated N``: N generated, an answer's length at any context length). The haystack is the offline Wikipedia
+summaries that the RULER generator uses (``wiki_sentences``), one "special magic number" sentence at half depth and
+the question last; the generated part is teacher-forced: more haystack prose as a stand-in chain of thought, then
+"Answer: \\box{<number>}" and EOS. The sink span is the answer, the thinking span the rest (only lengths matter for
+the cost; the text is real so sentence-based methods see real sentences).
 
 Each method is built from its own ``conf/attribution/<name>.yaml`` (Hydra compose + ``ctxbench.parts.build``) and every
 (method, length) runs in a fresh child process: the model is loaded (fp32, eager attention, as the run stage loads it),
@@ -99,8 +100,9 @@ def _sentence_tokens(tok, sentences, budget: int) -> list[int]:
     return out[:budget]
 
 
-def make_input(tok, length: int, seed: int = 0):
-    """(ModelInput, sink span, thinking span) of exactly ``length`` tokens, a quarter of them generated."""
+def make_input(tok, length: int, seed: int = 0, generated: int = 0):
+    """(ModelInput, sink span, thinking span) of exactly ``length`` tokens, ``generated`` of them generated (0: a
+    quarter)."""
     from ctxbench.datasets.ruler_gen.text_sources import wiki_sentences
     from ctxbench.prompts.formats import ModelInput
 
@@ -112,7 +114,7 @@ def make_input(tok, length: int, seed: int = 0):
     question = tok(f"\nWhat is the special magic number for {key} mentioned in the provided text?",
                    add_special_tokens=False).input_ids
     answer = tok(f" Answer: \\box{{{value}}}", add_special_tokens=False).input_ids
-    G = length // 4
+    G = generated or length // 4
     P = length - G
     hay = _sentence_tokens(tok, sents[start:], P - len(needle) - len(question))
     prompt = hay[:len(hay) // 2] + needle + hay[len(hay) // 2:] + question
@@ -166,7 +168,7 @@ def sdpa_forward(model, ids, keep: int = 0) -> None:
 def run_child(args) -> None:
     model, tok = load_model(args.model)
     keep = 1 if args.unit_logits == "last" else 0  # transformers' logits_to_keep: 0 = every position
-    mi, sink, think = make_input(tok, args.child_length)
+    mi, sink, think = make_input(tok, args.child_length, generated=args.generated)
     ids = mi.input_ids[None]
     with torch.no_grad():  # warm kernels and the allocator on a short pass: only the measured call's memory counts
         model(ids[:, :64], use_cache=False)
@@ -225,7 +227,8 @@ def run_child(args) -> None:
 def child(args, name: str, length: int, profile: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--child-length", str(length), "--threads", str(args.threads),
            "--repeats", str(args.repeats), "--timeout-per-method", str(args.timeout_per_method),
-           "--method-repeats", str(args.method_repeats), "--model", args.model, "--unit-logits", args.unit_logits]
+           "--method-repeats", str(args.method_repeats), "--model", args.model, "--unit-logits", args.unit_logits,
+           "--generated", str(args.generated)]
     cmd += ["--paired"] if args.paired else []
     cmd += ["--profile", name] if profile else []
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -309,6 +312,9 @@ def main() -> None:
                     help="the unit forward's logits: every position's, or the last one's (a large vocabulary at long "
                          "lengths: Gemma 3's 262k-token head makes 16 GiB of logits at 16k tokens)")
     ap.add_argument("--methods", nargs="+", default=None, help="options of conf/attribution (default: all)")
+    ap.add_argument("--generated", type=int, default=0,
+                    help="generated tokens of every input (default 0: a quarter of its length); per-token IFR's "
+                         "attribution grows with generated x length")
     ap.add_argument("--threads", type=int, default=2, help="torch threads in every child")
     ap.add_argument("--repeats", type=int, default=3, help="forward passes per length (the median is the unit)")
     ap.add_argument("--timeout-per-method", type=int, default=300, help="seconds one method may run at one length")
@@ -333,7 +339,8 @@ def main() -> None:
         sys.exit(f"--methods: no conf/attribution/<name>.yaml for {unknown}")
     lengths = sorted(args.lengths)
     which = "every position's" if args.unit_logits == "all" else "the last position's"
-    print(f"{args.model} fp32 CPU, {args.threads} torch threads, lengths {lengths} (1/4 generated), unit forward "
+    print(f"{args.model} fp32 CPU, {args.threads} torch threads, lengths {lengths} "
+          f"({f'{args.generated} tokens' if args.generated else '1/4'} generated), unit forward "
           f"with {which} logits, "
           f"budget {args.timeout_per_method} s per method and length, forward = median of {args.repeats}")
     hist: dict = {m: {} for m in (*UNITS, *methods)}
