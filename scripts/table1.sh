@@ -114,7 +114,9 @@ case $lane in
     [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+="${runs:+,}$vdir/rec_h1"
     [ -d "$vdir/rec_h3" ] && runs+="${runs:+,}$vdir/rec_h3"
     samples=(); [ "$variant" = gold ] || samples=("samples=[$vdir/samples]")
+    # IG may run on fewer examples than the other methods (the paper's protocol), its n shown
     exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
+      +min_examples_of.integrated_gradients=3 \
       "caption=\"$caption\"" hydra.run.dir="$vdir/report" ${samples[@]+"${samples[@]}"} "$@" ;;
   compare)
     reports=""

@@ -3,6 +3,7 @@ settings is a row of its own (Table 1's FlashTrace hops=3 sensitivity row), figu
 filled, the recall budget per definition, the faithfulness orderings by deletion set, and the sampling funnel."""
 
 import json
+import re
 
 import pytest
 
@@ -173,6 +174,19 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 | too few (3) / too few (3) / " \
            "too few (3) |" in md
     assert "| attention | – / – / – | 0.600 / 0.600 / 0.500 |" in md
+    # a minimum of the method's own (IG in the paper's protocol), given to the report stage: its figures with n
+    report_stage(OmegaConf.create({"runs": [str(p) for p in {j.path.parent for j in jobs}], "view": "row",
+                                   "paper": True, "min_examples": 5, "min_examples_of": {"ifr_multi_hop_both": 3},
+                                   "html": False}), tmp_path / "own")
+    saved = json.loads((tmp_path / "own" / "table1.json").read_text())
+    assert (saved["min_examples"], saved["min_examples_of"]) == (5, {"ifr_multi_hop_both": 3})
+    page = (tmp_path / "own" / "table1.md").read_text()
+    assert "(`ifr_multi_hop_both` from 3 on, shown with its n under 5)" in page
+    assert re.search(r"\| ifr_multi_hop_both \| [\d.]+ \[[^]]+\] \(n=3\) \|", page), page
+    report_stage(OmegaConf.create({"runs": [], "variants": [str(tmp_path / "gold"), str(tmp_path / "own")]}),
+                 tmp_path / "out2")
+    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 | 0.100 (n=3) / 0.100 (n=3) / " \
+           "0.500 (n=3) |" in (tmp_path / "out2" / "variants.md").read_text()
     # FlashTrace best and IFR second here on RISE, as in the paper (RISE 0.068 < 0.075): the one pair kept
     assert "RISE 1/1" in md and "all: 0.50, 0.500; non-stop: 0.50, 0.500" in md
     with pytest.raises(ValueError, match="runs: name the run_exp"):

@@ -16,7 +16,7 @@ from ctxbench.reporting.aggregate import table1_layout
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.render import csv_text, html, markdown
-from ctxbench.reporting.results_table import (Cell, Row, Table, comparison_tables, rows_from_cells,
+from ctxbench.reporting.results_table import (Cell, MinExamples, Row, Table, comparison_tables, rows_from_cells,
                                               rows_from_summary, summary_tables)
 from ctxbench.reporting.tables import markdown_summary
 
@@ -142,6 +142,14 @@ def test_table1_layout_in_three_formats():
     few = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=3)
     assert md_grid(markdown(few))[1:] == [["a (2/3)", "m1", "**0.500**", "0.200 ± 0.000"],
                                           ["", "m2", "too few (2)", "–"]]
+    # a method with a minimum of its own (IG in the paper's protocol): its figure over fewer examples than the
+    # report's minimum, with its n, never bold even where its mean is the best
+    cells[("a", "m2")]["stats"]["Recall@10%"]["mean"] = 0.75
+    own = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=MinExamples(3, {"m2": 2}))
+    assert md_grid(markdown(own))[1:] == [["a (2/3)", "m1", "**0.500**", "0.200 ± 0.000"],
+                                          ["", "m2", "0.750 [0.000, 0.500] (n=2)", "–"]]
+    assert md_grid(markdown(table1_layout(["a"], ["m1", "m2"], metrics, cells,
+                                          min_examples=MinExamples(3, {"m2": 4}))))[2] == ["", "m2", "too few (2)", "–"]
 
 
 def test_summary_md_and_the_job_page_show_the_same_tables(tmp_path):

@@ -128,6 +128,9 @@ class ReportConfig:
     paper: bool = False  # also the methods' order against the paper's Table 1 (resources/table1/paper.csv)
     caption: Optional[str] = None  # a line above the table saying what it explains (e.g. "gold continuation, no CoT")
     min_examples: int = 0  # a cell scored on fewer examples reads "too few (n)" instead of its figure
+    # per method, a minimum in place of min_examples (e.g. {integrated_gradients: 3}: IG on fewer examples, shown
+    # with its n and never in bold)
+    min_examples_of: Dict[str, int] = field(default_factory=dict)
     # report folders (each with its table1.json, one per variant of the targets) set side by side with the paper's
     # Table 1 in variants.md
     variants: List[str] = field(default_factory=list)

@@ -24,8 +24,8 @@ from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_
                                         source_markdown, source_rows, time_markdown, time_rows)
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.render import csv_text, markdown
-from ctxbench.reporting.results_table import (Table, direction, rows_from_cells, shown_metrics, table1_means,
-                                              table1_table, task_comparison_tables)
+from ctxbench.reporting.results_table import (MinExamples, Table, direction, rows_from_cells, shown_metrics,
+                                              table1_means, table1_table, task_comparison_tables)
 from ctxbench.results import RESULTS, is_attribution_job, jobs_below
 from ctxbench.reporting.tables import compare, run_summary, summarize
 
@@ -323,15 +323,17 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None, paper: bool = False,
                  table: Optional[tuple] = None, caption: Optional[str] = None,
-                 min_examples: int = 0, samples: Iterable[str | Path] = ()) -> tuple[Path, Path, str]:
+                 min_examples: int | MinExamples = 0,
+                 samples: Iterable[str | Path] = ()) -> tuple[Path, Path, str]:
     """``table1.md`` (``caption``, the Table-1 layout with intervals, where the targets came from, the recall budget,
     the faithfulness orderings by deletion set, the paired comparisons, with ``paper`` the order of the methods
     against the paper's Table 1, and the time each stage took), ``table1.csv`` (one row per dataset: means per
-    method/metric) and ``table1.json`` (all of it). A cell scored on fewer than ``min_examples`` examples is not
-    filled (the table says so); the caches in the ``samples`` folders that no run explained are listed with their
-    funnels.
+    method/metric) and ``table1.json`` (all of it). A cell scored on fewer than ``min_examples`` examples (its
+    method's, ``MinExamples``) is not filled (the table says so); the caches in the ``samples`` folders that no run
+    explained are listed with their funnels.
     ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
     stats = stats or StatsSettings()
+    least = MinExamples.of_value(min_examples)
     datasets, methods, described, cells = table or table1(jobs, view, stats)
     rows = rows_from_cells(datasets, methods, described, cells, view)
     metrics = shown_metrics(rows, described)  # the columns: the metrics some method has a figure of
@@ -350,9 +352,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *(markdown(table1_layout(datasets, methods, described, cells, min_examples, n_of, view))
+                    *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view))
                       if datasets else ["No task explained yet."]),
-                    "", *source_markdown(sources, min_examples),
+                    "", *source_markdown(sources, least),
                     *(["", *budget_markdown(budgets)] if budgets else []),
                     *(["", *deletion_set_markdown(by_set)] if by_set else []),
                     *comparisons_markdown(comps, datasets, metrics, stats),
@@ -366,7 +368,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                         encoding="utf-8", newline="")
     (out / "table1.json").write_text(json.dumps({
         "caption": caption, "models": sorted({j.config.get("model", {}).get("name") or "" for j in jobs} - {""}),
-        "min_examples": min_examples, "sources": sources, "recall_budget": budgets,
+        "min_examples": least.default, "min_examples_of": dict(least.of), "sources": sources, "recall_budget": budgets,
         "deletion_sets": by_set, "time": times, "view": view, "stats": asdict(stats), "datasets": datasets,
         "methods": methods, "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
@@ -379,7 +381,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
 
 
 def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                  cells: dict[tuple[str, str], dict], min_examples: int = 0, n_of=None, view: str = "") -> Table:
+                  cells: dict[tuple[str, str], dict], min_examples: int | MinExamples = 0, n_of=None,
+                  view: str = "") -> Table:
     """The Table-1 layout of ``table1.md`` and the report's ``report.html`` (``results_table.table1_table``) over the
     metrics some method has a figure of; its title says which way they point. ``n_of``: a task's N (``task_n``)."""
     rows = rows_from_cells(datasets, methods, metrics, cells, view)
@@ -389,7 +392,8 @@ def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[st
 
 
 def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                    cells: dict[tuple[str, str], dict], n_of=None, min_examples: int = 0) -> list[str]:
+                    cells: dict[tuple[str, str], dict], n_of=None,
+                    min_examples: int | MinExamples = 0) -> list[str]:
     """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
     Recall@10% for faithfulness + recovery); the best mean of each task in bold (``table1_layout``)."""
     return markdown(table1_layout(datasets, methods, metrics, cells, min_examples, n_of))

@@ -25,7 +25,7 @@ from ctxbench.reporting import heatmap
 from ctxbench.reporting.aggregate import table1_layout, unfinished_note
 from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_positions, top_tokens
 from ctxbench.reporting.render import render_page
-from ctxbench.reporting.results_table import (Table, comparison_tables, rows_from_summary, summary_tables,
+from ctxbench.reporting.results_table import (MinExamples, Table, comparison_tables, rows_from_summary, summary_tables,
                                               view_label)
 from ctxbench.results import JobFiles
 
@@ -190,7 +190,7 @@ def write_run_html(job_dir: str | Path, title: str, examples: int) -> Path:
 
 
 def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples: int,
-                      caption: Optional[str] = None, min_examples: int = 0) -> Path:
+                      caption: Optional[str] = None, min_examples: int | MinExamples = 0) -> Path:
     """``<output_dir>/report.html``: ``caption`` (what the table explains), the Table-1 layout (``aggregate.table1``'s
     result), then one folding section per job (``JobRun``) with its tables, figures and first ``examples`` heat maps."""
     sections, data = [], {}

@@ -16,6 +16,7 @@ import numpy as np
 from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
 from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.paper import ranked
+from ctxbench.reporting.results_table import MinExamples
 from ctxbench.reporting.tables import by_method, example_seconds
 from ctxbench.sampling.cache import funnel
 
@@ -81,12 +82,15 @@ def source_rows(jobs, samples: Sequence[str | Path] = ()) -> list[dict[str, Any]
     return out
 
 
-def source_markdown(rows: list[dict[str, Any]], min_examples: int) -> list[str]:
+def source_markdown(rows: list[dict[str, Any]], min_examples: int | MinExamples) -> list[str]:
+    least = MinExamples.of_value(min_examples)
+    own = "; ".join(f"`{m}` from {n} on, shown with its n under {least.default}" for m, n in least.of.items())
     lines = ["## Targets explained", "",
              "Where each task's explained targets came from; for a sampled CoT cache the sampling funnel (rows tried / "
              "generated / well-formed / judged correct / kept) and the model's accuracy on the task (judged correct "
              "over generated; by construction 1 for the synthetic evidence CoT)."
-             + (f" A cell scored on fewer than {min_examples} examples is not filled." if min_examples else ""), "",
+             + (f" A cell scored on fewer than {least.default} examples is not filled" if least.default else "")
+             + (f" ({own})" if own and least.default else "") + ("." if least.default else ""), "",
              "| task | source | generator | tried | generated | well-formed | correct | kept | accuracy |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -97,7 +101,7 @@ def source_markdown(rows: list[dict[str, Any]], min_examples: int) -> list[str]:
         acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
         task = r["dataset"]
         if not r["explained"]:
-            few = f and f["kept"] < max(min_examples, 1)
+            few = f and f["kept"] < max(least.default, 1)
             task += f" (not explained: {f['kept']} kept)" if few else " (not explained yet)"
         lines.append(f"| {task} | {src} | {r['generator'] or '–'} | " + " | ".join(counts) + f" | {acc} |")
     return lines
@@ -249,7 +253,8 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
             row = [me, " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
             for t, cells in per:
                 c = cells.get(me)
-                row.append("–" if c is None else " / ".join(_cell_fig(c, k, t.get("min_examples") or 0)
+                least = MinExamples(t.get("min_examples") or 0, t.get("min_examples_of") or {})
+                row.append("–" if c is None else " / ".join(_cell_fig(c, k, least)
                                                              for k in VARIANT_METRICS))
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", "| variant | N | accuracy | recall budget k/gold, ceiling | paper's orders kept |",
@@ -272,13 +277,16 @@ def _fig(x: Optional[float]) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
-def _cell_fig(cell: dict, label: str, min_examples: int) -> str:
+def _cell_fig(cell: dict, label: str, least: MinExamples) -> str:
+    """A figure of a report's cell: "too few (n)" under its method's minimum, its n when it differs from the cell's
+    or is under the report's minimum."""
     st = cell["figures"].get(label)
     if st is None or st.get("mean") is None:
         return "–"
-    if st.get("n", 0) < min_examples:
-        return f"too few ({st['n']})"
-    return _fig(st["mean"]) + ("" if st.get("n") == cell["n"] else f" (n={st['n']})")
+    n = st.get("n", 0)
+    if n < least(cell["method"]):
+        return f"too few ({n})"
+    return _fig(st["mean"]) + ("" if n == cell["n"] and n >= least.default else f" (n={n})")
 
 
 def _kept_orders(t: dict, task: str) -> str:

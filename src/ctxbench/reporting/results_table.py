@@ -14,8 +14,8 @@ paired comparisons; ``table1.csv`` is the means table (``table1_means``), render
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ctxbench.metrics.scorer import VIEW_LABELS
 
@@ -179,14 +179,33 @@ def _row(*cells: Cell | str, starts_group: bool = False) -> Row:
     return Row(tuple(c if isinstance(c, Cell) else Cell(c) for c in cells), starts_group)
 
 
-def figure_cell(row: Optional[ResultRow], min_examples: int = 0) -> Cell:
+@dataclass(frozen=True)
+class MinExamples:
+    """The fewest examples a figure of a report may rest on: ``default`` for every method, ``of`` per method in its
+    place (the FlashTrace paper's protocol lets integrated gradients run on fewer examples than the other methods,
+    its N shown). A figure between its method's own minimum and ``default`` is shown with its n, never in bold."""
+
+    default: int = 0
+    of: Mapping[str, int] = field(default_factory=dict)
+
+    def __call__(self, method: str) -> int:
+        return int(self.of.get(method, self.default))
+
+    @staticmethod
+    def of_value(value: Union[int, "MinExamples"]) -> "MinExamples":
+        return value if isinstance(value, MinExamples) else MinExamples(int(value))
+
+
+def figure_cell(row: Optional[ResultRow], min_examples: Union[int, MinExamples] = 0) -> Cell:
     """A figure: ``mean [low, high]`` (or ``mean ± std``), "–" when not scored, "too few (n)" when scored on fewer
-    than ``min_examples`` examples."""
+    examples than its method's minimum (``MinExamples``), "(n=K)" after it when under the report's default."""
+    least = MinExamples.of_value(min_examples)
     if row is None or not row.scored:
         return Cell("–")
-    if row.n < min_examples:
+    if row.n < least(row.method):
         return Cell(f"too few ({row.n})")
-    return Cell(*stat_parts({"mean": row.mean, "std": row.std, "ci_low": row.ci_low, "ci_high": row.ci_high}))
+    text, detail = stat_parts({"mean": row.mean, "std": row.std, "ci_low": row.ci_low, "ci_high": row.ci_high})
+    return Cell(text, detail, f"(n={row.n})" if row.n < least.default else "")
 
 
 def _index(rows: Iterable[ResultRow]) -> dict[tuple, ResultRow]:
@@ -287,11 +306,13 @@ def task_examples(rows: Sequence[ResultRow], dataset: str) -> str:
     return "/".join(str(n) for n in sorted({n for r in rows if r.dataset == dataset for n in r.examples}))
 
 
-def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]], min_examples: int = 0,
-                 n_of: Optional[Callable[[str], Any]] = None) -> Table:
+def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]],
+                 min_examples: Union[int, MinExamples] = 0, n_of: Optional[Callable[[str], Any]] = None) -> Table:
     """The Table-1 layout: a row per task and method in run order, the task (N) on its first row; a column per
     metric; each task's best mean of a metric in bold (none when every method ties, never a figure over fewer than
-    ``min_examples`` examples, which reads "too few (n)"). ``n_of``: the task's N (``task_examples`` by default)."""
+    ``min_examples`` examples, which reads "too few (n)"; ``MinExamples``). ``n_of``: the task's N (``task_examples``
+    by default)."""
+    least = MinExamples.of_value(min_examples)
     by_key = {(r.dataset, r.name, r.metric): r for r in rows}
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     body = []
@@ -299,19 +320,22 @@ def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]]
         methods = list(dict.fromkeys(r.name for r in rows if r.dataset == d))
         best = {}
         for m in metrics:
-            means = [by_key[(d, me, m["label"])].mean for me in methods
-                     if (d, me, m["label"]) in by_key and by_key[(d, me, m["label"])].mean is not None]
-            if len(set(means)) > 1:  # bold marks a difference, not a tie of every method
-                best[m["label"]] = max(means) if m["higher_is_better"] else min(means)
+            figs = [by_key[(d, me, m["label"])] for me in methods if (d, me, m["label"]) in by_key]
+            figs = [r for r in figs if r.mean is not None]
+            # the best of the figures that rest on the report's minimum (one over fewer examples is shown, not
+            # ranked); bold marks a difference, not a tie of every method
+            rested = [r.mean for r in figs if r.scored and r.n >= least.default]
+            if len({r.mean for r in figs}) > 1 and rested:
+                best[m["label"]] = max(rested) if m["higher_is_better"] else min(rested)
         n = n_of(d) if n_of is not None else task_examples(rows, d)
         for i, me in enumerate(methods):
             cells = []
             for m in metrics:
                 r = by_key.get((d, me, m["label"]))
-                cell = figure_cell(r, min_examples)
-                top = (r is not None and r.scored and r.n >= min_examples and r.mean is not None
+                cell = figure_cell(r, least)
+                top = (r is not None and r.scored and r.n >= least.default and r.mean is not None
                        and r.mean == best.get(m["label"]))
-                cells.append(Cell(cell.text, cell.detail, strong=top, best=top))
+                cells.append(Cell(cell.text, cell.detail, cell.note, strong=top, best=top))
             body.append(_row(f"{d} ({n})" if i == 0 else "", me, *cells, starts_group=i == 0))
     mixed = _mixed(metrics)
     return Table(("task (N)", "method", *[metric_header(m, mixed) for m in metrics]), tuple(body), headers=2)

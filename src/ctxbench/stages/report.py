@@ -21,6 +21,7 @@ from ctxbench.reporting.protocol import families_markdown, variants_markdown
 
 from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
 from ctxbench.reporting.html import write_report_html
+from ctxbench.reporting.results_table import MinExamples
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 from ctxbench.stages.jobdir import accept as accept_job
 from ctxbench.stages.run_shards import merged_shard_runs
@@ -85,6 +86,7 @@ def write_families(report_dirs: list[str], output_dir: str | Path) -> Path:
 
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     rc: ReportConfig = stage_config(cfg, ReportConfig)
+    least = MinExamples(rc.min_examples, dict(rc.min_examples_of))
     out = {}
     if rc.variants:
         accept_job()  # before each first write into the job folder (ctxbench.stages.jobdir)
@@ -99,8 +101,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if not rc.runs and rc.samples:
         # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
         accept_job()
-        md_path, _, md = write_table1([], output_dir, caption=rc.caption, min_examples=rc.min_examples,
-                                      samples=rc.samples)
+        md_path, _, md = write_table1([], output_dir, caption=rc.caption, min_examples=least, samples=rc.samples)
         print(md)
         return {**out, "markdown": str(md_path)}
     if not rc.runs:
@@ -120,12 +121,12 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         table = table1(jobs, view, rc.stats)
         accept_job()
         md_path, csv_path, md = write_table1(jobs, output_dir, view=view, stats=rc.stats, paper=rc.paper, table=table,
-                                             caption=rc.caption, min_examples=rc.min_examples, samples=rc.samples)
+                                             caption=rc.caption, min_examples=least, samples=rc.samples)
         print(md)
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
         if rc.html:
-            out["html"] = str(write_report_html(jobs, table, output_dir, rc.heatmaps, rc.caption, rc.min_examples))
+            out["html"] = str(write_report_html(jobs, table, output_dir, rc.heatmaps, rc.caption, least))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
         accept_job()
