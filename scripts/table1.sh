@@ -95,10 +95,13 @@ case $lane in
       hydra.sweep.dir="$vdir/faith_rec" \
       "attribution=[$methods]" "$@" ;;
   ig)
-    # no FlashTrace in this lane to pair against; the report pairs across the folders
+    # no FlashTrace in this lane to pair against; the report pairs across the folders. An example's sum over the
+    # integration points is kept after each batch (partial/, committed with the rows), so a lane stopped mid-example
+    # resumes there
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n_ig" "$(sub "$n_ig")" \
       hydra.sweep.dir="$vdir/ig" \
-      'attribution=[integrated_gradients]' stats.baseline=null "$@" ;;
+      'attribution=[integrated_gradients]' stats.baseline=null \
+      "attribution.integrated_gradients.partial_dir=$vdir/ig/partial" "$@" ;;
   rec)
     hops=(3); [ "$variant" = gold ] && hops=(1 3)
     for k in "${hops[@]}"; do

@@ -91,3 +91,42 @@ def test_integrated_gradients_halve_their_batch_on_out_of_memory(model):
     got = make("integrated_gradients", ig_steps=10, ig_batch=8).attribute(small, FakeTokenizer(), mi).matrix
     assert small.sizes == [8, 4, 2, 2, 2, 2, 2]  # 8 and 4 fail; the 10 points then go 2 at a time, each once
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+class StopsAfter(OutOfMemoryAbove):
+    """The tiny model behind a forward that stops the run (as a killed lane) on its call number ``stop`` (from 1)."""
+
+    def __init__(self, inner, stop: int):
+        super().__init__(inner, limit=10 ** 6)
+        self.stop = stop
+
+    def forward(self, inputs_embeds, **kw):
+        if len(self.sizes) + 1 == self.stop:
+            raise KeyboardInterrupt
+        return super().forward(inputs_embeds, **kw)
+
+
+def test_integrated_gradients_resume_mid_example_from_their_partial_sum(model, tmp_path):
+    mi = make_input()
+    want = make("integrated_gradients", ig_steps=10, ig_batch=3).attribute(model, FakeTokenizer(), mi).matrix
+    ig = make("integrated_gradients", ig_steps=10, ig_batch=3, partial_dir=str(tmp_path / "partial"))
+    stopped = StopsAfter(model, stop=3)  # batches [0, 3) and [3, 6) done, stopped in the third
+    with pytest.raises(KeyboardInterrupt):
+        ig.attribute(stopped, FakeTokenizer(), mi)
+    saved = list((tmp_path / "partial").iterdir())
+    assert len(saved) == 1 and torch.load(saved[0])["done"] == list(range(6))
+    # another input (one token changed) does not take that sum
+    other = make_input()
+    other.input_ids = other.input_ids.clone()
+    other.input_ids[1] = (int(other.input_ids[1]) + 1) % model.config.vocab_size
+    assert ig.attribute(model, FakeTokenizer(), other).matrix.shape == want.shape
+    assert len(list((tmp_path / "partial").iterdir())) == 1  # its own file made and removed, the stopped one kept
+    resumed = StopsAfter(model, stop=0)
+    got = ig.attribute(resumed, FakeTokenizer(), mi).matrix
+    assert resumed.sizes == [3, 1]  # only the points not summed: [6, 9) and [9, 10)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not list((tmp_path / "partial").iterdir())  # removed once the example is done
+    # a setting that changes the result is not neutral; partial_dir is (results made with or without it compare)
+    from ctxbench.part import settings_of
+
+    assert "partial_dir" not in settings_of(ig)

@@ -8,8 +8,12 @@ are computed (``InputContext.rows``); the others are NaN.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Iterator, Optional
 
 import numpy as np
@@ -25,6 +29,8 @@ from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
 from ctxbench.part import neutral, param
 from ctxbench.tokens import eos_id
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,9 +116,11 @@ def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl
     return out
 
 
-def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_impl: Optional[str]) -> torch.Tensor:
+def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_impl: Optional[str],
+                          partial_dir: Optional[str] = None) -> torch.Tensor:
     """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1],
-    ``batch`` points per forward pass (fewer after a CUDA out-of-memory error)."""
+    ``batch`` points per forward pass (fewer after a CUDA out-of-memory error). ``partial_dir``: the sum so far is
+    kept there after each batch (``PartialSum``), and a call on the same input resumes from it."""
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(ctx.input_ids.view(1, -1)).float()
@@ -123,16 +131,64 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     wts[-1] /= 2
     dtype = next(model.parameters()).dtype
     total = torch.zeros(len(ctx.row_indices()), ctx.T, device=x.device)
+    kept = PartialSum.for_input(partial_dir, model, ctx, steps, attn_impl) if partial_dir else None
+    done = kept.load(total) if kept else set()
 
     def points(lo: int, hi: int) -> None:
+        if done.issuperset(range(lo, hi)):
+            return
         a = alphas[lo:hi].view(-1, 1, 1)
         # the step weight is folded into the reference vector so one backward serves the whole batch
         pts = (x0 + a * (x - x0)).to(dtype)
         ref = (x - x0) * wts[lo:hi].view(-1, 1, 1)
         total.add_(_grad_x_input(model, pts, ctx, ref, attn_impl))  # added only once the whole batch completed
+        done.update(range(lo, hi))
+        if kept:
+            kept.save(total, done)
 
     run_in_batches(steps, batch, points, what="integrated gradients", unit="point")  # halves on CUDA out-of-memory
+    if kept:
+        kept.remove()
     return total
+
+
+@dataclass(frozen=True)
+class PartialSum:
+    """IG's sum over the integration points done so far for one input, in a file of ``partial_dir`` named by what
+    the sum depends on (model, input ids, rows, points, kernel): on a CPU one example of a chain-of-thought target
+    (40-100 explained rows, a backward pass per row and batch of points) takes hours, longer than a lane may run at
+    a time; a lane stopped mid-example resumes from its last completed batch. Written atomically after each batch,
+    removed when the example is done."""
+
+    path: Path
+
+    @staticmethod
+    def for_input(partial_dir: str, model, ctx, steps: int, attn_impl: Optional[str]) -> "PartialSum":
+        h = hashlib.sha256()
+        for part in (str(getattr(model.config, "_name_or_path", "")), str(next(model.parameters()).dtype),
+                     str(steps), str(attn_impl)):
+            h.update(part.encode() + b"\0")
+        h.update(ctx.input_ids.detach().cpu().numpy().astype(np.int64).tobytes())
+        h.update(np.asarray(ctx.row_indices(), dtype=np.int64).tobytes())
+        return PartialSum(Path(partial_dir) / f"ig-{h.hexdigest()[:24]}.pt")
+
+    def load(self, total: torch.Tensor) -> set[int]:
+        """The points already summed (their sum added to ``total``); none when there is no file."""
+        if not self.path.exists():
+            return set()
+        saved = torch.load(self.path, map_location=total.device)
+        total.add_(saved["total"])
+        log.info("integrated gradients: resuming from %d of the points (%s)", len(saved["done"]), self.path)
+        return set(saved["done"])
+
+    def save(self, total: torch.Tensor, done: set[int]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({"total": total.detach().cpu(), "done": sorted(done)}, tmp)
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -187,17 +243,21 @@ class InputXGradientAttributor(_GradBaseline):
 
 @dataclass
 class IntegratedGradientsAttributor(_GradBaseline):
-    """``ig_steps`` interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward pass."""
+    """``ig_steps`` interpolation points from the EOS-embedding baseline; ``ig_batch`` points per forward pass;
+    ``partial_dir``: a folder where an example's sum so far is kept after each batch, so that a stopped run resumes
+    mid-example (``PartialSum``)."""
 
     name: ClassVar[str] = "integrated_gradients"
     ig_steps: int = param(20, ge=2)
     ig_batch: int = neutral(4, ge=1)
+    partial_dir: Optional[str] = neutral(None)
 
     def memory_need(self, shape, T, G):
         return gradient_need(shape, T, G, min(int(self.ig_batch), int(self.ig_steps)), self.attn_implementation)
 
     def _scores(self, model, tokenizer, ctx):
-        return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation)
+        return _integrated_gradients(model, ctx, tokenizer, self.ig_steps, self.ig_batch, self.attn_implementation,
+                                     self.partial_dir)
 
 
 @dataclass
