@@ -121,9 +121,11 @@ def test_integrated_gradients_resume_mid_example_from_their_partial_sum(model, t
     other.input_ids[1] = (int(other.input_ids[1]) + 1) % model.config.vocab_size
     assert ig.attribute(model, FakeTokenizer(), other).matrix.shape == want.shape
     assert len(list((tmp_path / "partial").iterdir())) == 1  # its own file made and removed, the stopped one kept
+    # resumed with 4 points a batch: [4, 8) holds two points summed already, only 6 and 7 run
     resumed = StopsAfter(model, stop=0)
-    got = ig.attribute(resumed, FakeTokenizer(), mi).matrix
-    assert resumed.sizes == [3, 1]  # only the points not summed: [6, 9) and [9, 10)
+    ig4 = make("integrated_gradients", ig_steps=10, ig_batch=4, partial_dir=str(tmp_path / "partial"))
+    got = ig4.attribute(resumed, FakeTokenizer(), mi).matrix
+    assert resumed.sizes == [2, 2]  # only the points not summed: 6, 7 and 8, 9
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert not list((tmp_path / "partial").iterdir())  # removed once the example is done
     # a setting that changes the result is not neutral; partial_dir is (results made with or without it compare)

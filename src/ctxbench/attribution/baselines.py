@@ -135,14 +135,15 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     done = kept.load(total) if kept else set()
 
     def points(lo: int, hi: int) -> None:
-        if done.issuperset(range(lo, hi)):
+        todo = [k for k in range(lo, hi) if k not in done]  # a resumed run may have summed some (another ig_batch)
+        if not todo:
             return
-        a = alphas[lo:hi].view(-1, 1, 1)
+        a = alphas[todo].view(-1, 1, 1)
         # the step weight is folded into the reference vector so one backward serves the whole batch
         pts = (x0 + a * (x - x0)).to(dtype)
-        ref = (x - x0) * wts[lo:hi].view(-1, 1, 1)
+        ref = (x - x0) * wts[todo].view(-1, 1, 1)
         total.add_(_grad_x_input(model, pts, ctx, ref, attn_impl))  # added only once the whole batch completed
-        done.update(range(lo, hi))
+        done.update(todo)
         if kept:
             kept.save(total, done)
 
