@@ -73,6 +73,9 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert rec1[0]["recovery_budget"]["stop_tokens_skipped"] is True
     assert sorted(r["method"] for r in faith) == sorted(SEVEN)
     assert [r["method"] for r in ig] == ["integrated_gradients"]
+    # the IG lane kept its partial sums where it was told, and removed each once its example was done
+    partial = tmp_path / "runs" / "ig" / "partial"
+    assert partial.is_dir() and not list(partial.iterdir())
     assert all(set(r["faithfulness"]) == {"row"} for r in faith + ig)  # Table 1's view only
 
     # a rerun resumes: nothing is recomputed, nothing is lost
