@@ -96,8 +96,8 @@ case $lane in
       "attribution=[$methods]" "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders. An example's sum over the
-    # integration points is kept after each batch (partial/, committed with the rows), so a lane stopped mid-example
-    # resumes there
+    # integration points is kept after each batch (partial/, git-ignored: it stays on the machine that ran it), so a
+    # lane stopped mid-example resumes there
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n_ig" "$(sub "$n_ig")" \
       hydra.sweep.dir="$vdir/ig" \
       'attribution=[integrated_gradients]' stats.baseline=null \
