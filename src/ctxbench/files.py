@@ -6,16 +6,23 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, so readers never see half a file."""
+    """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically (``atomic_write``)."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """``write(f)`` into a temporary file in the same folder as ``path``, then put it in place, so readers never see
+    half a file (the temporary file is removed when ``write`` fails)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.attribution.memory import (Need, eager_attention, forward_transient, ifr_capture, result_matrix,
                                          saved_for_backward, scored_logits)
 from ctxbench.batching import run_in_batches
+from ctxbench.files import atomic_write
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
 from ctxbench.part import neutral, param
@@ -183,10 +183,7 @@ class PartialSum:
         return set(saved["done"])
 
     def save(self, total: torch.Tensor, done: set[int]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        torch.save({"total": total.detach().cpu(), "done": sorted(done)}, tmp)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, lambda f: torch.save({"total": total.detach().cpu(), "done": sorted(done)}, f))
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from ctxbench.errors import DataError
-from ctxbench.files import atomic_write_text
+from ctxbench.files import atomic_write, atomic_write_text
 from ctxbench.shards import Shard, shard_path
 
 log = logging.getLogger(__name__)
@@ -38,14 +36,7 @@ def _plain(key: dict[str, Any]) -> dict[str, Any]:
 
 
 def _save_array(path: Path, emb: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".npy", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(emb, dtype=np.float32))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(emb, dtype=np.float32)))
 
 
 def _load_array(path: Path, rows: int) -> Optional[np.ndarray]:
