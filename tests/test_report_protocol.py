@@ -11,6 +11,7 @@ from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
 from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
+from ctxbench.reporting.results_table import MinExamples
 from ctxbench.reporting.tables import summarize
 
 from helpers.records import write_job_folder
@@ -95,6 +96,27 @@ def test_deletion_set_orderings_and_budget(tmp_path):
         (False, 10, 20, 0.5), (True, 8, 16, 0.5)]
     md = write_table1(jobs, tmp_path / "out", view="row")[2]
     assert "## Faithfulness by deletion set" in md and "## Recall budget" in md
+
+
+def test_a_figure_under_its_minimum_is_ranked_in_no_ordering(tmp_path):
+    # perturbation scored 2 examples (the others 3), under the report's minimum of 3: the table says "too few (2)",
+    # so neither the orderings by deletion set nor the order against the paper may name it
+    perturbation = [record(e, "perturbation", 0.01, 0.01, 0.01) for e in "ab"]
+    attribution = {m: {"_target_": "x"} for m in ("ifr_multi_hop_both", "ifr_all_positions", "attention",
+                                                   "perturbation")}
+    jobs = find_jobs([write_job(tmp_path, "f", RECS + perturbation, attribution)])
+    write_table1(jobs, tmp_path / "out", view="row", paper=True, min_examples=3)
+    saved = json.loads((tmp_path / "out" / "table1.json").read_text())
+    orders = [o for r in saved["deletion_sets"] for o in r["orders"].values()] + \
+             [r[k] for r in saved["paper_ordering"] for k in ("here", "paper")]
+    assert saved["deletion_sets"] and saved["paper_ordering"]
+    assert saved["deletion_sets"][0]["orders"]["mixed"] == "ifr_multi_hop_both, ifr_all_positions, attention"
+    assert not any("perturbation" in o for o in orders)
+    # with a minimum it meets (its own: 2) it is ranked first: the best figures of the task
+    write_table1(jobs, tmp_path / "out2", view="row", paper=True, min_examples=MinExamples(3, {"perturbation": 2}))
+    saved = json.loads((tmp_path / "out2" / "table1.json").read_text())
+    assert all(r["orders"]["mixed"].startswith("perturbation") for r in saved["deletion_sets"])
+    assert any(r["here"].startswith("perturbation") for r in saved["paper_ordering"])
 
 
 def test_budget_of_records_written_before_it_was_kept():

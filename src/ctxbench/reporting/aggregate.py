@@ -320,6 +320,17 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
         if rows else []
 
 
+def ranked_cells(cells: dict[tuple[str, str], dict], least: MinExamples) -> dict[tuple[str, str], dict]:
+    """``cells`` with each figure that rests on fewer examples than its method's minimum set to None: the table
+    shows such a figure as "too few (n)", so the orderings built from the cells must not rank it either."""
+    out = {}
+    for key, cell in cells.items():
+        floor = least(cell["method"])
+        out[key] = {**cell, **{label: None for label, st in cell["stats"].items()
+                               if st.get("n") is not None and st["n"] < floor}}
+    return out
+
+
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None, paper: bool = False,
                  table: Optional[tuple] = None, caption: Optional[str] = None,
@@ -340,10 +351,11 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     comps = comparisons(jobs, view, stats)
 
     paper_figures = load_paper()
-    orderings = ordering_rows(datasets, methods, metrics, cells, comps, paper_figures) if paper else None
+    ranked = ranked_cells(cells, least)
+    orderings = ordering_rows(datasets, methods, metrics, ranked, comps, paper_figures) if paper else None
     sources = source_rows(jobs, list(samples))
     budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
-    by_set = deletion_set_rows(datasets, methods, cells, comps, paper_figures)
+    by_set = deletion_set_rows(datasets, methods, ranked, comps, paper_figures)
     times = time_rows(jobs)
 
     def n_of(d):
