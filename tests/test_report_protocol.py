@@ -240,7 +240,7 @@ def test_families_side_by_side_say_which_orderings_hold(tmp_path):
         in md
     assert ("| RISE | attention vs ifr_all_positions | ifr_all_positions (n=3) | attention* (n=6) | reversed "
             "(significant in gemma3-270m) |") in md
-    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 |" in md
+    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 | 3 |" in md  # the smaller report's 3 paired examples
     with pytest.raises(ValueError, match="families: .*two or more"):
         report_stage(OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol")]}), tmp_path / "one")
 

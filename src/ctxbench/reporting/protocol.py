@@ -358,9 +358,11 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
                 if not same and any(s for _, s, _ in got):
                     verdict += " (significant in " + ", ".join(m for m, (_, s, _) in zip(names, got) if s) + ")"
                 lines.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
-            summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} |")
+            fewest = min(n for v in per for p in pairs for _, _, n in [v[p]])
+            summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} | {fewest} |")
+    # the fewest examples column: a verdict on one or two examples reads "holds" like one on twenty
     lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "
-              "in every model |", "|---|---|---|---|", *summary]
+              "in every model | fewest examples behind a verdict |", "|---|---|---|---|---|", *summary]
     return "\n".join(lines) + "\n"
 
 
