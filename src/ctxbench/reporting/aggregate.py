@@ -323,12 +323,9 @@ def unfinished_lines(jobs: list[JobRun]) -> list[str]:
 def ranked_cells(cells: dict[tuple[str, str], dict], least: MinExamples) -> dict[tuple[str, str], dict]:
     """``cells`` with each figure that rests on fewer examples than its method's minimum set to None: the table
     shows such a figure as "too few (n)", so the orderings built from the cells must not rank it either."""
-    out = {}
-    for key, cell in cells.items():
-        floor = least(cell["method"])
-        out[key] = {**cell, **{label: None for label, st in cell["stats"].items()
-                               if st.get("n") is not None and st["n"] < floor}}
-    return out
+    return {key: {**cell, **{label: None for label, st in cell["stats"].items()
+                              if st.get("n") is not None and least.too_few(cell["method"], st["n"])}}
+            for key, cell in cells.items()}
 
 
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",

@@ -284,7 +284,7 @@ def _cell_fig(cell: dict, label: str, least: MinExamples) -> str:
     if st is None or st.get("mean") is None:
         return "–"
     n = st.get("n", 0)
-    if n < least(cell["method"]):
+    if least.too_few(cell["method"], n):
         return f"too few ({n})"
     return _fig(st["mean"]) + ("" if n == cell["n"] and n >= least.default else f" (n={n})")
 
@@ -358,7 +358,7 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
                 if not same and any(s for _, s, _ in got):
                     verdict += " (significant in " + ", ".join(m for m, (_, s, _) in zip(names, got) if s) + ")"
                 lines.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
-            fewest = min(n for v in per for p in pairs for _, _, n in [v[p]])
+            fewest = min(v[p][2] for v in per for p in pairs)  # (better, significant, n)
             summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} | {fewest} |")
     # the fewest examples column: a verdict on one or two examples reads "holds" like one on twenty
     lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "

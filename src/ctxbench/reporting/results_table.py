@@ -191,6 +191,10 @@ class MinExamples:
     def __call__(self, method: str) -> int:
         return int(self.of.get(method, self.default))
 
+    def too_few(self, method: str, n: int) -> bool:
+        """Whether a figure of ``method`` on ``n`` examples is left unfilled ("too few (n)") and unranked."""
+        return n < self(method)
+
     @staticmethod
     def of_value(value: Union[int, "MinExamples"]) -> "MinExamples":
         return value if isinstance(value, MinExamples) else MinExamples(int(value))
@@ -202,7 +206,7 @@ def figure_cell(row: Optional[ResultRow], min_examples: Union[int, MinExamples] 
     least = MinExamples.of_value(min_examples)
     if row is None or not row.scored:
         return Cell("–")
-    if row.n < least(row.method):
+    if least.too_few(row.method, row.n):
         return Cell(f"too few ({row.n})")
     text, detail = stat_parts({"mean": row.mean, "std": row.std, "ci_low": row.ci_low, "ci_high": row.ci_high})
     return Cell(text, detail, f"(n={row.n})" if row.n < least.default else "")
