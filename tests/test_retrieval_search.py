@@ -3,6 +3,7 @@ without losing a hit; the stage's search results reused only under the same sett
 with overwrite; reranking with a test reranker."""
 
 import json
+import zlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,7 +30,7 @@ class HashEmbedder(Embedder):
     def encode(self, texts, max_length):
         out = np.empty((len(texts), self.dim_), dtype=np.float32)
         for i, t in enumerate(texts):
-            v = np.random.default_rng(abs(hash(t)) % (2 ** 32)).standard_normal(self.dim_)
+            v = np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim_)
             out[i] = v / np.linalg.norm(v)
         return out
 
@@ -50,8 +51,11 @@ def test_faiss_search_equals_numpy_top_k():
     scores = q.astype(np.float64) @ d.astype(np.float64).T
     for i, query in enumerate(split.queries):
         top = np.argsort(-scores[i], kind="stable")[:25]
-        assert list(run[query["id"]]) == [f"d{j}" for j in top]
-        np.testing.assert_allclose(list(run[query["id"]].values()), scores[i, top], atol=1e-5)
+        got = [int(d[1:]) for d in run[query["id"]]]
+        # Faiss sums in float32: ids may swap only within a near-tie, so rank by rank the true scores agree
+        np.testing.assert_allclose(scores[i, got], scores[i, top], atol=1e-5)
+        assert len(set(got)) == 25 and sum(a != b for a, b in zip(got, top)) <= 2
+        np.testing.assert_allclose(list(run[query["id"]].values()), scores[i, got], atol=1e-5)
 
 
 def test_grouped_search_equals_one_fit_per_group():
