@@ -1,6 +1,7 @@
 """Run manifests: secrets never written, provenance present."""
 
 import json
+import subprocess
 
 from ctxbench.manifest import REDACTED, build_manifest, write_manifest
 
@@ -39,3 +40,34 @@ def test_paths_inside_the_root_are_written_relative_to_it(tmp_path):
     assert m["config"]["other"] == str(tmp_path / "elsewhere")  # outside the root: as it was
     assert m["config"]["prefix"] == str(root) + "2/x"  # a sibling folder whose name starts like the root's
     assert m["config"]["list"] == ["a.jsonl"] and m["dataset"]["path"] == "data/t.jsonl" and m["cache"] == "c.jsonl"
+
+
+def _repo(root):
+    """A committed repository with a source file and a committed result, as a Table-1 lane checkout has."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+    (root / "src").mkdir(parents=True)
+    (root / "runs" / "lane").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("x = 1\n")
+    (root / "runs" / "lane" / "results.jsonl").write_text('{"row": 1}\n')
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "init")
+
+
+def test_a_run_rewriting_its_own_committed_results_is_not_dirty(tmp_path):
+    root = tmp_path / "project"
+    _repo(root)
+    lane = root / "runs" / "lane"
+    clean = build_manifest({}, stage="run_exp", root=root, output_dir=lane)["git"]
+    assert len(clean["commit"]) == 40 and clean == {"commit": clean["commit"], "dirty": False}
+    (lane / "results.jsonl").write_text('{"row": 1}\n{"row": 2}\n')  # the lane resumed and appended a row
+    assert build_manifest({}, stage="run_exp", root=root, output_dir=lane / "job")["git"]["dirty"] is False
+    # the same change seen by a run writing elsewhere (outside the project, or the root itself) is a change
+    for elsewhere in (None, tmp_path / "out", root):
+        assert build_manifest({}, stage="s", root=root, output_dir=elsewhere)["git"] == {
+            "commit": clean["commit"], "dirty": True, "modified": ["runs/lane/results.jsonl"]}
+    (root / "src" / "a.py").write_text("x = 2\n")  # a source change always counts, and is named
+    m = build_manifest({}, stage="run_exp", root=root, output_dir=lane)["git"]
+    assert m["dirty"] is True and m["modified"] == ["src/a.py"]

@@ -55,7 +55,22 @@ def env_secrets(cfg: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
-def git_state(root: str | Path) -> dict[str, Any]:
+def results_folder(root: str | Path, output_dir: Optional[str | Path]) -> Optional[str]:
+    """The top-level folder of ``root`` that ``output_dir`` lies in (``runs``, ``outputs``), or None when the run
+    writes outside the project or into its root itself."""
+    if output_dir is None:
+        return None
+    try:
+        rel = Path(output_dir).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return None
+    return rel.parts[0] if rel.parts else None
+
+
+def git_state(root: str | Path, output_dir: Optional[str | Path] = None) -> dict[str, Any]:
+    """HEAD's commit and whether tracked files differ from it. Files under the folder the run writes its results
+    into do not count: a resumed lane rewrites its own committed results (runs/table1/...), which is not a change
+    to what produced them. ``modified`` names the first changed files of a dirty tree."""
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
 
@@ -63,8 +78,14 @@ def git_state(root: str | Path) -> dict[str, Any]:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
             return {"commit": None}
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
-        return {"commit": head.stdout.strip(), "dirty": dirty}
+        folder = results_folder(root, output_dir)
+        spec = ["--", ".", f":(exclude){folder}"] if folder else []
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no", *spec).stdout.splitlines()
+                   if line.strip()]
+        state: dict[str, Any] = {"commit": head.stdout.strip(), "dirty": bool(changed)}
+        if changed:
+            state["modified"] = changed[:20]
+        return state
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None}
 
@@ -92,14 +113,15 @@ def relative_to_root(obj: Any, root: str | Path) -> Any:
     return obj
 
 
-def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path,
+def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path, output_dir: Optional[str | Path] = None,
                    dataset: Optional[dict[str, Any]] = None, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The manifest of a run writing into ``output_dir`` (its folder is left out of the git dirty check)."""
     return {
         "stage": stage,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": redact(list(sys.argv), env_secrets(config)),
         "config": relative_to_root(redact(config, env_secrets(config)), root),
-        "git": git_state(root),
+        "git": git_state(root, output_dir),
         "versions": package_versions(),
         "dataset": relative_to_root(dataset or {}, root),
         **relative_to_root(extra or {}, root),

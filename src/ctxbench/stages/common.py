@@ -24,7 +24,8 @@ def build_dataset(cfg: DictConfig) -> Dataset:
 
 def write_run_manifest(output_dir: str | Path, config: dict[str, Any], *, stage: str, root: str | Path,
                        source: LoadedSource, n_examples: int, extra: Optional[dict[str, Any]] = None) -> Path:
-    manifest = build_manifest(config, stage=stage, root=root, dataset=source.record(n_examples), extra=extra)
+    manifest = build_manifest(config, stage=stage, root=root, output_dir=output_dir,
+                              dataset=source.record(n_examples), extra=extra)
     return write_manifest(output_dir, manifest)
 
 

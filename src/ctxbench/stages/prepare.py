@@ -30,7 +30,7 @@ def prepare_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     else:
         target = ds.generate(paths, load_tokenizer(OmegaConf.to_object(cfg.model), cache_dir=paths.model_cache_dir))
         log.info("wrote %d samples of %s at %d tokens to %s", ds.num_samples, ds.name, ds.length, target)
-    manifest = build_manifest(to_plain(cfg), stage="prepare_data", root=paths.root,
+    manifest = build_manifest(to_plain(cfg), stage="prepare_data", root=paths.root, output_dir=output_dir,
                               dataset={"name": ds.name, "path": str(target), "sha256": file_fingerprint(target)})
     accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, manifest)

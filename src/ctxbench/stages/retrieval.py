@@ -111,7 +111,7 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
     r_settings = retriever.settings()
     accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, build_manifest(
-        to_plain(cfg), stage="run_exp", root=paths.root,
+        to_plain(cfg), stage="run_exp", root=paths.root, output_dir=output_dir,
         dataset={"name": dataset.name, "kind": "retrieval", "splits": [
             {"column": s.column, "source": s.source, "sha256": s.fingerprint(), "documents": len(s.corpus),
              "queries": len(s.queries)} for s in splits]}))
