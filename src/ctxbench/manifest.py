@@ -80,8 +80,8 @@ def git_state(root: str | Path, output_dir: Optional[str | Path] = None) -> dict
             return {"commit": None}
         folder = results_folder(root, output_dir)
         spec = ["--", ".", f":(exclude){folder}"] if folder else []
-        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no", *spec).stdout.splitlines()
-                   if line.strip()]
+        # tracked files differing from HEAD, staged or not, by name (no status columns to strip)
+        changed = git("diff", "--name-only", "HEAD", *spec).stdout.splitlines()
         state: dict[str, Any] = {"commit": head.stdout.strip(), "dirty": bool(changed)}
         if changed:
             state["modified"] = changed[:20]
