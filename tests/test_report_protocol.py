@@ -245,6 +245,37 @@ def test_families_side_by_side_say_which_orderings_hold(tmp_path):
         report_stage(OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol")]}), tmp_path / "one")
 
 
+def test_families_name_a_task_one_model_explained_no_example_of():
+    """Gemma 3 (a base model) keeps no self-generated CoT: its cot_self report scores no task, and the families page
+    says so per task with the funnel instead of coming out empty."""
+    from ctxbench.reporting.protocol import families_markdown
+
+    comparison = {"dataset": "niah_mq_q2", "label": "RISE", "a": "attention", "b": "ifr_multi_hop_both",
+                  "better": "b", "significant": True, "n": 20}
+    smol = {"models": ["smollm2-135m"], "caption": "self CoT", "datasets": ["niah_mq_q2"],
+            "sources": [{"dataset": "niah_mq_q2", "funnel": {"processed": 80, "kept": 1}},
+                        {"dataset": "vt_h2_c3", "funnel": {"processed": 80, "kept": 0}}],
+            "comparisons": [comparison]}
+    gemma = {"models": ["gemma3-270m"], "caption": "self CoT", "datasets": [],
+             "sources": [{"dataset": "niah_mq_q2", "funnel": {"processed": 20, "kept": 0}},
+                         {"dataset": "vt_h2_c3", "funnel": {"processed": 20, "kept": 0}}],
+             "comparisons": []}
+    md = families_markdown([("s/report", smol), ("g/report", gemma)])
+    assert ("## niah_mq_q2\n\nNot compared: gemma3-270m explained no example of this task (its sampling stage kept 0 "
+            "of the 20 rows it tried).") in md
+    assert ("## vt_h2_c3\n\nNot compared: smollm2-135m explained no example of this task (its sampling stage kept 0 "
+            "of the 80 rows it tried); gemma3-270m explained no example of this task (its sampling stage kept 0 of the "
+            "20 rows it tried).") in md
+    assert "| niah_mq_q2 | – | not compared | – | – |" in md and "| vt_h2_c3 | – | not compared | – | – |" in md
+    assert "| metric | pair |" not in md
+    # both scored the task, but no pair of methods was compared in both: said, not an empty table
+    md = families_markdown([("s/report", smol), ("g/report", {**gemma, "datasets": ["niah_mq_q2"]})])
+    assert "## niah_mq_q2\n\nNot compared: no pair of methods has a paired comparison in every model." in md
+    # a task with no source in one report (a run never made there)
+    md = families_markdown([("s/report", smol), ("g/report", {**gemma, "sources": []})])
+    assert "Not compared: gemma3-270m has no run of this task." in md
+
+
 def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
     from types import SimpleNamespace
 

@@ -324,13 +324,28 @@ def _verdicts(t: dict, task: str, label: str) -> dict[tuple[str, str], tuple[str
     return out
 
 
+def _task_names(t: dict) -> list[str]:
+    """The tasks a report covers: those it scored, then those whose source it lists without explaining any example
+    (a sampling stage that kept nothing)."""
+    return list(dict.fromkeys([*t["datasets"], *(s["dataset"] for s in t.get("sources") or [])]))
+
+
+def _why_not_scored(t: dict, task: str) -> str:
+    funnel = next((s.get("funnel") for s in t.get("sources") or [] if s["dataset"] == task and s.get("funnel")), None)
+    if funnel is None:
+        return "has no run of this task"
+    return f"explained no example of this task (its sampling stage kept {funnel['kept']} of the " \
+           f"{funnel['processed']} rows it tried)"
+
+
 def families_markdown(reports: list[tuple[str, dict]]) -> str:
     """Two or more Table-1 reports of one variant made with different models (``(folder, table1.json)``): per task
     and metric, every pair of methods both reports compared (their paired comparisons, on the examples both methods
     scored), which method is better in each and whether the difference is significant there, and whether the order
-    holds in every model."""
+    holds in every model. A task some model scored no example of is named with the reason (its sampling funnel),
+    so a variant one model cannot answer reads as such, not as an empty page."""
     names = [_family_name(d, t) for d, t in reports]
-    tasks = [d for d in reports[0][1]["datasets"] if all(d in t["datasets"] for _, t in reports[1:])]
+    tasks = list(dict.fromkeys(task for _, t in reports for task in _task_names(t)))
     lines = ["# Table 1 across model families: which orderings hold in every model", "",
              "Each report's paired comparisons (mean difference on the examples both methods scored, bootstrap "
              "interval and Wilcoxon test: docs/metrics.md#statistics), method pair by method pair: the better method "
@@ -340,8 +355,13 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
              + "."]
     summary = []
     for task in tasks:
-        lines += ["", f"## {task}", "", f"| metric | pair | {' | '.join(names)} | across models |",
-                  "|---" * (3 + len(names)) + "|"]
+        lines += ["", f"## {task}", ""]
+        absent = [f"{n} {_why_not_scored(t, task)}" for n, (_, t) in zip(names, reports) if task not in t["datasets"]]
+        if absent:
+            lines.append("Not compared: " + "; ".join(absent) + ".")
+            summary.append(f"| {task} | – | not compared | – | – |")
+            continue
+        rows = []
         for label in FAMILY_METRICS:
             per = [_verdicts(t, task, label) for _, t in reports]
             pairs = [p for p in per[0] if all(p in v for v in per[1:])]
@@ -357,9 +377,14 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
                 verdict = "holds" if same else "reversed"
                 if not same and any(s for _, s, _ in got):
                     verdict += " (significant in " + ", ".join(m for m, (_, s, _) in zip(names, got) if s) + ")"
-                lines.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
+                rows.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
             fewest = min(v[p][2] for v in per for p in pairs)  # (better, significant, n)
             summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} | {fewest} |")
+        if rows:
+            lines += [f"| metric | pair | {' | '.join(names)} | across models |", "|---" * (3 + len(names)) + "|",
+                      *rows]
+        else:
+            lines.append("Not compared: no pair of methods has a paired comparison in every model.")
     # the fewest examples column: a verdict on one or two examples reads "holds" like one on twenty
     lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "
               "in every model | fewest examples behind a verdict |", "|---|---|---|---|---|", *summary]
