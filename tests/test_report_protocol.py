@@ -293,6 +293,11 @@ def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
         ("niah_mv_v2", True, 1), ("vt_h2_c3", False, 0)]
     md = "\n".join(source_markdown(rows, 10))
     assert "| vt_h2_c3 (not explained: 0 kept) | cache: " in md and "| – | 2 | 2 | 0 | 0 | 0 | 0.000 |" in md
+    # a report that explained nothing names the model that wrote its caches (the families page's column)
+    (samples / "vt_h2_c3.jsonl.config.json").write_text(json.dumps({"model": {"name": "gemma3-270m"}}))
+    write_table1([], tmp_path / "report", samples=[samples])
+    written = json.loads((tmp_path / "report" / "table1.json").read_text())
+    assert written["models"] == ["gemma3-270m"] and written["datasets"] == []
 
 
 def test_the_caption_heads_the_page_too(tmp_path):

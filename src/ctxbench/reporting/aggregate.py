@@ -328,6 +328,13 @@ def ranked_cells(cells: dict[tuple[str, str], dict], least: MinExamples) -> dict
             for key, cell in cells.items()}
 
 
+def report_models(jobs: list[JobRun], sources: list[dict[str, Any]]) -> list[str]:
+    """The models a report's figures come from; a report that explained nothing (every sampling stage kept too few)
+    names the models that wrote its caches, so a families page still knows whose report it is."""
+    ran = {j.config.get("model", {}).get("name") or "" for j in jobs} - {""}
+    return sorted(ran or {s.get("model") or "" for s in sources} - {""})
+
+
 def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  stats: Optional[StatsSettings] = None, paper: bool = False,
                  table: Optional[tuple] = None, caption: Optional[str] = None,
@@ -376,7 +383,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
                         encoding="utf-8", newline="")
     (out / "table1.json").write_text(json.dumps({
-        "caption": caption, "models": sorted({j.config.get("model", {}).get("name") or "" for j in jobs} - {""}),
+        "caption": caption, "models": report_models(jobs, sources),
         "min_examples": least.default, "min_examples_of": dict(least.of), "sources": sources, "recall_budget": budgets,
         "deletion_sets": by_set, "time": times, "view": view, "stats": asdict(stats), "datasets": datasets,
         "methods": methods, "metrics": metrics,

@@ -46,10 +46,11 @@ def _generator_name(settings: dict[str, Any]) -> Optional[str]:
 
 
 def _cache_entry(task: str, path: Path) -> dict[str, Any]:
-    """A sampled cache's funnel (``sampling.cache.funnel``), the generator that wrote its targets and the model's
-    accuracy (judged correct over generated)."""
-    counts = funnel(path)
-    return {"funnel": counts, "generator": _generator_name(_settings(path)),
+    """A sampled cache's funnel (``sampling.cache.funnel``), the generator and model that wrote its targets and the
+    model's accuracy (judged correct over generated)."""
+    counts, settings = funnel(path), _settings(path)
+    return {"funnel": counts, "generator": _generator_name(settings),
+            "model": (settings.get("model") or {}).get("name"),
             "accuracy": counts["judged_correct"] / counts["generated"] if counts["generated"] else None}
 
 
