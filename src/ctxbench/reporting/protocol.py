@@ -332,11 +332,11 @@ def _task_names(t: dict) -> list[str]:
 
 
 def _why_not_scored(t: dict, task: str) -> str:
-    funnel = next((s.get("funnel") for s in t.get("sources") or [] if s["dataset"] == task and s.get("funnel")), None)
-    if funnel is None:
+    counts = next((s.get("funnel") for s in t.get("sources") or [] if s["dataset"] == task and s.get("funnel")), None)
+    if counts is None:
         return "has no run of this task"
-    return f"explained no example of this task (its sampling stage kept {funnel['kept']} of the " \
-           f"{funnel['processed']} rows it tried)"
+    return f"explained no example of this task (its sampling stage kept {counts['kept']} of the " \
+           f"{counts['processed']} rows it tried)"
 
 
 def families_markdown(reports: list[tuple[str, dict]]) -> str:
