@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ctxbench.cache_record import config_path
 from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
 from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.paper import ranked
@@ -24,7 +25,7 @@ from ctxbench.sampling.cache import funnel
 # --- where the targets came from ------------------------------------------------------------------------------------
 
 def _settings(cache: Path) -> dict:
-    path = cache.with_name(cache.name + ".config.json")
+    path = config_path(cache)
     if not path.exists():
         return {}
     obj = json.loads(path.read_text())
