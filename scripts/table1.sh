@@ -18,6 +18,10 @@
 #                 method also under the common deletion sets all / nonstop, cot_* only) and recovery (FlashTrace with
 #                 hops=1, the Table-1 figure)
 #   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
+#   controls      the model-free controls (copy_match, position, random) on recovery: no model weights loaded
+#   lds           the set-free scorers, LDS and top-k drop (mode=[lds,topk]), for the controls and the methods
+#                 cheapest first (TABLE1_LDS_METHODS sets them): one set of sentence ablations per example shared by
+#                 every method, kept in each job's ablations/ folder
 #   rec           FlashTrace's recovery alone: hops=3 (a labelled sensitivity row), and for gold also hops=1 with the
 #                 stop-token recall (gold's faith lane predates it)
 #   report        the variant's table in the paper's layout, intervals, orderings, funnel: <variant>/report/
@@ -41,6 +45,9 @@ methods=ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,
 # example on a CPU core: 21 deletion passes per view and deletion set through a 262k-token vocabulary)
 [ "$model" = smollm2-135m ] || { out=$out/$model; who=$model; methods=ifr_multi_hop_both,ifr_all_positions,attention,attnlrp,perturbation; }
 methods=${TABLE1_METHODS:-$methods}
+# the LDS lane: cheap methods and the controls first, so that a lane stopped early still compares them on the same
+# examples; AttnLRP and perturbation last (minutes per example on a CPU core)
+lds_methods=${TABLE1_LDS_METHODS:-ifr_multi_hop_both,copy_match,position,random,attention,ifr_all_positions,context_cite,attnlrp,perturbation}
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
 n_ig=${TABLE1_IG_EXAMPLES:-$n}
@@ -51,7 +58,7 @@ fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|rec|report|compare|families"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|controls|lds|rec|report|compare|families"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -102,6 +109,12 @@ case $lane in
       hydra.sweep.dir="$vdir/ig" \
       'attribution=[integrated_gradients]' stats.baseline=null \
       "attribution.integrated_gradients.partial_dir=$vdir/ig/partial" "$@" ;;
+  controls)
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/controls" \
+      'attribution=[copy_match,position,random]' mode=recovery stats.baseline=null "$@" ;;
+  lds)
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/lds" \
+      "attribution=[$lds_methods]" 'mode=[lds,topk]' "$@" ;;
   rec)
     hops=(3); [ "$variant" = gold ] && hops=(1 3)
     for k in "${hops[@]}"; do
@@ -116,6 +129,8 @@ case $lane in
     # a row of its own, labelled by its setting
     [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+="${runs:+,}$vdir/rec_h1"
     [ -d "$vdir/rec_h3" ] && runs+="${runs:+,}$vdir/rec_h3"
+    # the controls' recovery and every method's LDS and top-k drop: rows and columns of the same table
+    for lane_dir in controls lds; do [ -d "$vdir/$lane_dir" ] && runs+="${runs:+,}$vdir/$lane_dir"; done
     samples=(); [ "$variant" = gold ] || samples=("samples=[$vdir/samples]")
     # IG may run on fewer examples than the other methods (the paper's protocol), its n shown
     exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
@@ -137,5 +152,5 @@ case $lane in
     done
     [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | ig | rec | report | compare | families)" ;;
+    fail "unknown lane '$lane' (sample | faith | ig | controls | lds | rec | report | compare | families)" ;;
 esac

@@ -14,6 +14,7 @@ from ctxbench.attribution.context_cite import (ContextCiteAttributor, ablation_m
                                                fit_surrogate, fold_of, lasso, logit_of_probability, r_squared,
                                                scaled_lasso)
 
+from helpers.context_cite_package import package_logit_probs
 from helpers.tiny_models import EOS, GEN_START, IDS, PROMPT_UNITS, VOCAB, SentenceTokenizer, make_input, tiny_model
 
 
@@ -267,26 +268,12 @@ STORY = ("Mara Quell was born in Tallin Bay. She moved to Orrick at nineteen. Or
 
 
 def package_weights(monkeypatch, model, tok, mi, masks, rows, alpha, dropped_tokens):
-    """The package's side: its ablated forward passes and logit-probabilities (get_masks_and_logit_probs, with our
-    masks in place of its seeded draws and our sources removed from the prompt ids), its aggregation and its solver."""
-    import nltk
-
-    # the package downloads NLTK's Punkt model when imported; its sentence splitter is not used here, and the test
-    # must not wait on the network
-    monkeypatch.setattr(nltk, "download", lambda *args, **kwargs: False)
+    """The package's side: its ablated forward passes and logit-probabilities (with our masks in place of its seeded
+    draws and our sources removed from the prompt ids), its aggregation and its solver."""
     from context_cite import utils as ccu
     from context_cite.solver import LassoRegression
 
-    ids = mi.input_ids.tolist()
-    prompt_ids, response_ids = ids[:mi.gen_start], ids[mi.gen_start:]
-    monkeypatch.setattr(ccu, "_create_mask", lambda num_sources, alpha_, seed: masks[seed])
-
-    def get_prompt_ids(mask):
-        gone = {p for j in np.flatnonzero(~mask) for p in dropped_tokens[j]}
-        return [t for i, t in enumerate(prompt_ids) if i not in gone]
-
-    got_masks, logit_probs = ccu.get_masks_and_logit_probs(model, tok, len(masks), masks.shape[1], get_prompt_ids,
-                                                           response_ids, 0.5, 1)
+    got_masks, logit_probs = package_logit_probs(monkeypatch, model, tok, mi, dropped_tokens, masks)
     assert np.array_equal(got_masks, masks)
     outputs = ccu.aggregate_logit_probs(logit_probs[:, rows[0]:rows[-1] + 1])
     weights, _ = LassoRegression(alpha).fit(got_masks, outputs, len(rows))

@@ -226,11 +226,12 @@ def _compose(overrides):
 def test_table1_experiment_lists_and_builds_every_method():
     cfg = _compose(["+experiment=table1", "dataset=niah_mq_q2", "seed=5"])
     # the FlashTrace paper's Table 1: FlashTrace and its multi-hop variants, per-token IFR, attention, IG, AttnLRP,
-    # perturbation
+    # perturbation, then the controls
     assert list(cfg.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
-                                     "attention", "integrated_gradients", "attnlrp", "perturbation"]
+                                     "attention", "integrated_gradients", "attnlrp", "perturbation", "copy_match",
+                                     "position", "random"]
     assert set(cfg.attribution) == {p.stem for p in (ROOT / "conf" / "attribution").glob("*.yaml")} - {
-        "random", "context_cite", "ifr_span", "input_x_gradient"}
+        "context_cite", "ifr_span", "input_x_gradient"}
     methods = build_all(cfg.attribution, "attribution", Attributor)
     assert all(isinstance(m, Attributor) for m in methods.values())
     assert list(cfg.mode) == ["faithfulness", "recovery"] and cfg.length == 1024 and list(cfg.views) == ["row"]

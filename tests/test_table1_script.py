@@ -48,7 +48,7 @@ def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' "
-                                  "(sample | faith | ig | rec | report | compare | families)")
+                                  "(sample | faith | ig | controls | lds | rec | report | compare | families)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):
@@ -64,7 +64,8 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     # the time of the default 20)
     steps = "mode.faithfulness.steps=2"
     ig = ["attribution.integrated_gradients.ig_steps=2", steps]
-    for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig)]:
+    lds = ["attribution=[ifr_multi_hop_both,copy_match]", "mode.lds.n_masks=4"]
+    for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig), ("controls", []), ("lds", lds)]:
         out = _lane(tmp_path, lane, *extra, tasks=GOLD_TASK)
         assert out.returncode == 0, out.stderr[-3000:]
     rec1, rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_h1", "rec_h3", "faith_rec", "ig"))
@@ -87,7 +88,8 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     saved = json.loads((tmp_path / "runs" / "report" / "table1.json").read_text())
     cells = {c["method"]: c for c in saved["cells"] if c["dataset"] == GOLD_TASK}
-    assert sorted(cells) == sorted(SEVEN + ["integrated_gradients", "ifr_multi_hop_both (hops=3)"])
+    assert sorted(cells) == sorted(SEVEN + ["integrated_gradients", "ifr_multi_hop_both (hops=3)", "copy_match",
+                                            "position", "random"])
     # FlashTrace's recall is the hops=1 stop-token lane's (prefer_later); hops=3 a row of its own; its faithfulness
     # the faith lane's
     flash = next(r for r in faith if r["method"] == "ifr_multi_hop_both")
@@ -96,6 +98,13 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert cells["ifr_multi_hop_both (hops=3)"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
         rec[0]["recovery"]["row"])
     assert figures["RISE"]["mean"] == pytest.approx(flash["faithfulness"]["row"]["RISE"])
+    # the controls' lane gives their recall rows, the LDS lane every method's LDS column
+    controls = {r["method"]: r for r in _records(tmp_path, "controls")}
+    assert sorted(controls) == ["copy_match", "position", "random"] and "faithfulness" not in controls["random"]
+    assert cells["copy_match"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
+        controls["copy_match"]["recovery"]["row"])
+    lds_recs = {r["method"]: r for r in _records(tmp_path, "lds")}
+    assert figures["LDS"]["mean"] == pytest.approx(lds_recs["ifr_multi_hop_both"]["lds"]["row"]["lds"])
     assert (tmp_path / "runs" / "report" / "table1.md").exists()
 
 

@@ -103,7 +103,8 @@ def method_classes() -> dict:
 
     classes = (A.SpanIFRAttributor, A.AllPositionsIFRAttributor, A.MultiHopIFRAttributor, A.MultiHopBothAttributor,
                A.AttentionAttributor, A.InputXGradientAttributor, A.IntegratedGradientsAttributor, A.RandomAttributor,
-               A.AttnLRPAttributor, A.FTAttnLRPAttributor, A.PerturbationAttributor, A.ContextCiteAttributor)
+               A.AttnLRPAttributor, A.FTAttnLRPAttributor, A.PerturbationAttributor, A.ContextCiteAttributor,
+               A.CopyMatchAttributor, A.PositionAttributor)
     return {cls.name: cls for cls in classes}
 
 

@@ -16,6 +16,7 @@ from ctxbench.attribution.baselines import (AttentionAttributor, InputXGradientA
 from ctxbench.attribution.capture import Capture, capture
 from ctxbench.attribution.families import UnsupportedModelError, adapter_for
 from ctxbench.attribution.context_cite import ContextCiteAttributor
+from ctxbench.attribution.controls import CopyMatchAttributor, PositionAttributor
 from ctxbench.attribution.ifr import (AllPositionsIFRAttributor, IFRConfig, SpanIFRAttributor, per_token_ifr,
                                       reconstruct_x_mid, span_ifr)
 from ctxbench.attribution.multi_hop import MultiHopBothAttributor, MultiHopIFRAttributor
@@ -27,4 +28,4 @@ __all__ = ["AttributionResult", "Attributor", "is_stop_text", "stop_mask", "view
            "UnsupportedModelError", "adapter_for", "capture", "AllPositionsIFRAttributor", "IFRConfig",
            "SpanIFRAttributor", "per_token_ifr", "reconstruct_x_mid", "span_ifr", "MultiHopBothAttributor",
            "MultiHopIFRAttributor", "load_trace", "save_trace", "AttnLRPAttributor", "FTAttnLRPAttributor",
-           "ContextCiteAttributor", "PerturbationAttributor"]
+           "ContextCiteAttributor", "PerturbationAttributor", "CopyMatchAttributor", "PositionAttributor"]

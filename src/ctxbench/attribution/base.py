@@ -64,6 +64,7 @@ class Attributor(Part, ABC):
     """
 
     name: ClassVar[str] = ""
+    needs_model: ClassVar[bool] = True  # False: the method reads token ids only (controls); the model may be None
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
                   rows: Optional[Sequence[int]] = None) -> AttributionResult:
@@ -102,7 +103,7 @@ class InputContext:
 
     @classmethod
     def from_model_input(cls, model, mi) -> "InputContext":
-        dev = next(model.parameters()).device
+        dev = torch.device("cpu") if model is None else next(model.parameters()).device  # None: a control's run
         ids = torch.as_tensor(mi.input_ids, dtype=torch.long).reshape(-1).to(dev)
         pp = torch.as_tensor(mi.prompt_positions, dtype=torch.long).reshape(-1).to(dev)
         gs = int(mi.gen_start)

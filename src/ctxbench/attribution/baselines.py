@@ -264,6 +264,7 @@ class RandomAttributor(_Baseline):
     gets the same matrix (the config passes the run's top-level ``seed``)."""
 
     name: ClassVar[str] = "random"
+    needs_model: ClassVar[bool] = False
     seed: int = 0
 
     def memory_need(self, shape, T, G):

@@ -128,12 +128,14 @@ def logit_of_probability(log_p: np.ndarray) -> np.ndarray:
 
 # --- ablations ----------------------------------------------------------------------------------------------------
 
-def example_rng(seed: int, input_ids) -> np.random.Generator:
+def example_rng(seed: int, input_ids, stream: int = 0) -> np.random.Generator:
     """A generator of its own for one example: the run's seed and a digest of the example's tokens, so the masks do not
-    depend on which examples came before, and no global random state is read or changed."""
+    depend on which examples came before, and no global random state is read or changed. ``stream`` > 0 gives an
+    independent stream from the same seed (the LDS masks: held out from ContextCite's own ablations)."""
     ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
     digest = hashlib.sha256(ids.tobytes()).digest()
-    return np.random.default_rng([int(seed), *np.frombuffer(digest, dtype=np.uint32).tolist()])
+    words = [int(seed), *np.frombuffer(digest, dtype=np.uint32).tolist()]
+    return np.random.default_rng(words + [int(stream)] if stream else words)
 
 
 def ablation_masks(rng: np.random.Generator, n: int, k: int, keep_prob: float) -> np.ndarray:
@@ -178,6 +180,13 @@ def deleted_token_logprobs(model, input_ids: torch.Tensor, gen_start: int, delet
     return out
 
 
+def source_sentences(units: SentenceUnits, ctx) -> list[int]:
+    """The prompt sentences that are sources: all but those holding a token of the question the data marks
+    (``ctx.query_tokens``), which, as in the package, is not part of the context."""
+    query = set(ctx.query_tokens.tolist()) if ctx.query_tokens is not None else set()
+    return [u for u, cols in enumerate(units.prompt) if not query.intersection(cols.tolist())]
+
+
 # --- the method ---------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -219,8 +228,7 @@ class ContextCiteAttributor(Attributor):
     def _attribute(self, model, tokenizer, ctx, sink, think, timings):
         t0 = time.perf_counter()
         units = SentenceUnits.of(tokenizer, ctx)
-        query = set(ctx.query_tokens.tolist()) if ctx.query_tokens is not None else set()
-        sources = [u for u, cols in enumerate(units.prompt) if not query.intersection(cols.tolist())]
+        sources = source_sentences(units, ctx)
         rows = np.arange(sink[0], sink[1] + 1) if sink is not None else np.arange(ctx.G)
         A = empty_matrix(ctx.G, ctx.P)
         A[rows] = 0.0

@@ -69,6 +69,7 @@ class CoverageScorer(Scorer):
     """Mode ``coverage`` (legacy): how many gold sentences (``attr_mask_indices``) get about their share of the mass."""
 
     name: ClassVar[str] = "coverage"
+    needs_model: ClassVar[bool] = False
     title: ClassVar[str] = "Coverage of gold sentences (legacy)"
     csv_label: ClassVar[str] = "Coverage"
 

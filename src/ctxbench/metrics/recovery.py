@@ -117,6 +117,7 @@ class RecoveryScorer(Scorer):
     every prompt token for every method. Each record's ``recovery_budget`` holds k, the gold count and the ceiling."""
 
     name: ClassVar[str] = "recovery"
+    needs_model: ClassVar[bool] = False
     title: ClassVar[str] = "Recovery"
     csv_label: ClassVar[str] = "Recovery"
     fraction: float = param(0.1, gt=0, le=1)

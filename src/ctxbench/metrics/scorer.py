@@ -47,6 +47,7 @@ class Scorer(Part, ABC):
     title: ClassVar[str] = ""  # the heading of the scorer's section in summary.md
     csv_label: ClassVar[str] = "Scores"  # "<View> Attr <csv_label> Mean" rows of FlashTrace's CSV
     csv_std_label: ClassVar[str] = "Std"
+    needs_model: ClassVar[bool] = True  # False: scores from the attribution and the data alone (the model may be None)
 
     @abstractmethod
     def metrics(self) -> list[Metric]:
@@ -54,6 +55,10 @@ class Scorer(Part, ABC):
 
     def check(self, examples: list, dataset: str) -> None:
         """Raise ``ExampleRefused`` when the data cannot be scored at all (called before the model is loaded)."""
+
+    def use_job_dir(self, path) -> None:
+        """Where the run writes (the stage calls it before scoring): a scorer that keeps work for reruns keeps it
+        there (none by default)."""
 
     def memory_need(self, shape, T: int, G: int):
         """Estimated memory the scoring of one attribution adds over the loaded model on an input of T tokens, G

@@ -123,13 +123,21 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             if stored is not None:
                 stored.close()
             return {"dry_run": True, "examples": len(examples)}
-        loaded = load_causal_lm(model_cfg, need_attentions=True, cache_dir=paths.model_cache_dir)
+        model_free = not any(p.needs_model for p in (*methods.values(), *scorers.values()))
+        if model_free:
+            model = None
+            log.info("controls only (%s) with model-free modes (%s): no model weights loaded, tokenizer only",
+                     ", ".join(methods), ", ".join(scorers))
+        else:
+            loaded = load_causal_lm(model_cfg, need_attentions=True, cache_dir=paths.model_cache_dir)
+            model = loaded.model
+            log.info("model %s on %s (%s)", model_cfg.name, loaded.device, loaded.model.dtype)
     except BaseException:
         if stored is not None:
             stored.close()
         raise
-    model = loaded.model
-    log.info("model %s on %s (%s)", model_cfg.name, loaded.device, loaded.model.dtype)
+    for scorer in scorers.values():
+        scorer.use_job_dir(output_dir)
 
     refused, refused_ids = [], []
     with stored if stored is not None else open_results(results_path, fingerprints) as results:
@@ -146,7 +154,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                 refused.append(str(exc))
                 refused_ids.append(ex.example_id)
                 log.warning("skipped: %s", exc)
-        if cfg.memory_check:  # before the first example, not minutes into it
+        if cfg.memory_check and model is not None:  # before the first example, not minutes into it
             _check_memory(model, [p.model_input for _, p in ready],
                           {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
                           scorers, cfg.memory_budget_gib)
