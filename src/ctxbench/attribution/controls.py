@@ -3,11 +3,11 @@
 A table that compares attribution methods must show what a trivial method scores on the same metric: on RULER
 targets that repeat the prompt, "find where the target was copied from" already recovers most evidence tokens.
 
-- ``copy_match``: row t (generated token t) scores prompt token p by the length of the longest run of consecutive
-  target tokens that contains t and also occurs in the prompt at a place covering p (every target token of a copied
-  run credits every prompt token it was copied from); ties are broken by p's token idf over the prompt
-  (``ln(P / n)`` for a token occurring n times among the P prompt tokens), added as a fraction below 1 so it never
-  outweighs a longer run.
+- ``copy_match``: prompt token p scores the length of the longest run of consecutive target tokens (anywhere in the
+  generation, its chain of thought included) that also occurs in the prompt at a place covering p, the same in
+  every row: the text alone says where the target was copied from, whatever token is explained. Ties are broken by
+  p's token idf over the prompt (``ln(P / n)`` for a token occurring n times among the P prompt tokens), added as a
+  fraction below 1 so it never outweighs a longer run.
 - ``position``: a recency prior: prompt token p scores ``(p + 1) / P`` in every row.
 - ``random`` (``baselines.RandomAttributor``): uniform scores.
 
@@ -96,10 +96,11 @@ class CopyMatchAttributor(_Control):
     name: ClassVar[str] = "copy_match"
 
     def _prompt_scores(self, prompt, target):
-        runs = copy_run_lengths(prompt, target).astype(np.float64)
-        idf = prompt_idf(prompt)
-        tie = idf / (np.log(max(prompt.size, 1)) + 1.0)  # in [0, 1): orders equal runs, never crosses a longer one
-        return np.where(runs > 0, runs + tie[None, :], 0.0).astype(np.float32)
+        runs = copy_run_lengths(prompt, target)
+        best = (runs.max(axis=0) if runs.shape[0] else np.zeros(prompt.size, dtype=np.int64)).astype(np.float64)
+        tie = prompt_idf(prompt) / (np.log(max(prompt.size, 1)) + 1.0)  # in [0, 1): orders equal runs only
+        row = np.where(best > 0, best + tie, 0.0).astype(np.float32)
+        return np.broadcast_to(row, (target.size, prompt.size))
 
 
 @dataclass
