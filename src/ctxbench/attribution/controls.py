@@ -28,6 +28,8 @@ import numpy as np
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
 from ctxbench.attribution.memory import Need, result_matrix
 
+CONTROL_METHODS = ("copy_match", "position", "random")  # the methods a report treats as controls
+
 
 @dataclass
 class _Control(Attributor):

@@ -18,6 +18,7 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
+from ctxbench.reporting.controls import control_rows, controls_markdown, example_values, is_control, marks
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
@@ -358,8 +359,12 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     ranked = ranked_cells(cells, least)
     orderings = ordering_rows(datasets, methods, metrics, ranked, comps, paper_figures) if paper else None
     sources = source_rows(jobs, list(samples))
-    budgets = budget_rows({d: recs for d, (recs, _) in by_dataset(jobs).items()})
     by_set = deletion_set_rows(datasets, methods, ranked, comps, paper_figures)
+    pooled = by_dataset(jobs)
+    budgets = budget_rows({d: recs for d, (recs, _) in pooled.items()})
+    checks = control_rows(datasets, methods, metrics, cells,
+                          {d: example_values(recs, scorers, view) for d, (recs, scorers) in pooled.items()},
+                          least, stats)
     times = time_rows(jobs)
 
     def n_of(d):
@@ -368,8 +373,9 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
                     f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view))
+                    *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view, marks(checks)))
                       if datasets else ["No task explained yet."]),
+                    *(["", *controls_markdown(checks, datasets, stats)] if datasets else []),
                     "", *source_markdown(sources, least),
                     *(["", *budget_markdown(budgets)] if budgets else []),
                     *(["", *deletion_set_markdown(by_set)] if by_set else []),
@@ -385,8 +391,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     (out / "table1.json").write_text(json.dumps({
         "caption": caption, "models": report_models(jobs, sources),
         "min_examples": least.default, "min_examples_of": dict(least.of), "sources": sources, "recall_budget": budgets,
-        "deletion_sets": by_set, "time": times, "view": view, "stats": asdict(stats), "datasets": datasets,
-        "methods": methods, "metrics": metrics,
+        "deletion_sets": by_set, "controls": checks, "time": times, "view": view, "stats": asdict(stats),
+        "datasets": datasets, "methods": methods, "metrics": metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
                   for d in datasets for me in methods if (d, me) in cells],
@@ -398,12 +404,14 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
 
 def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
                   cells: dict[tuple[str, str], dict], min_examples: int | MinExamples = 0, n_of=None,
-                  view: str = "") -> Table:
+                  view: str = "", marked: Optional[dict] = None) -> Table:
     """The Table-1 layout of ``table1.md`` and the report's ``report.html`` (``results_table.table1_table``) over the
-    metrics some method has a figure of; its title says which way they point. ``n_of``: a task's N (``task_n``)."""
+    metrics some method has a figure of; its title says which way they point. ``n_of``: a task's N (``task_n``);
+    ``marked``: the controls' marks (``reporting.controls.marks``)."""
     rows = rows_from_cells(datasets, methods, metrics, cells, view)
     shown = shown_metrics(rows, metrics)
-    table = table1_table(rows, shown, min_examples, n_of or (lambda d: task_n(cells, d, methods)))
+    table = table1_table(rows, shown, min_examples, n_of or (lambda d: task_n(cells, d, methods)), marked,
+                         is_control)
     return replace(table, title=direction(shown))
 
 

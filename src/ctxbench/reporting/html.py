@@ -23,6 +23,7 @@ from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.reporting import heatmap
 from ctxbench.reporting.aggregate import table1_layout, unfinished_note
+from ctxbench.reporting.controls import marks
 from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_positions, top_tokens
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import (MinExamples, Table, comparison_tables, rows_from_summary, summary_tables,
@@ -199,5 +200,9 @@ def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples
         note = f" (unfinished: {unfinished_note(job)})" if job.unfinished else ""
         sections.append({**body, "heading": f"{job.dataset}: {job.path}{note}"})
         data.update(d)
+    # the controls' marks as table1.md has them (write_table1 puts its control checks in table1.json first)
+    saved = Path(output_dir) / "table1.json"
+    checks = (json.loads(saved.read_text(encoding="utf-8")).get("controls") or []) if saved.exists() else []
+    layout = table1_layout(*table, min_examples, marked=marks(checks))
     return atomic_write_text(Path(output_dir) / PAGE, page(f"ctxbench report: {len(jobs)} runs", sections, data,
-                                                           caption, table1_layout(*table, min_examples)))
+                                                           caption, layout))

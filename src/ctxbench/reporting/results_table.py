@@ -311,11 +311,15 @@ def task_examples(rows: Sequence[ResultRow], dataset: str) -> str:
 
 
 def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]],
-                 min_examples: Union[int, MinExamples] = 0, n_of: Optional[Callable[[str], Any]] = None) -> Table:
+                 min_examples: Union[int, MinExamples] = 0, n_of: Optional[Callable[[str], Any]] = None,
+                 marks: Optional[Mapping[tuple[str, str, str], str]] = None,
+                 controls: Callable[[str], bool] = lambda method: False) -> Table:
     """The Table-1 layout: a row per task and method in run order, the task (N) on its first row; a column per
     metric; each task's best mean of a metric in bold (none when every method ties, never a figure over fewer than
     ``min_examples`` examples, which reads "too few (n)"; ``MinExamples``). ``n_of``: the task's N (``task_examples``
-    by default)."""
+    by default). ``marks[(task, method, metric label)]`` is put after a figure (a control as good as the best method:
+    ``reporting.controls``); a method for which ``controls`` is true is named "(control)"."""
+    marks = marks or {}
     least = MinExamples.of_value(min_examples)
     by_key = {(r.dataset, r.name, r.metric): r for r in rows}
     datasets = list(dict.fromkeys(r.dataset for r in rows))
@@ -339,8 +343,10 @@ def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]]
                 cell = figure_cell(r, least)
                 top = (r is not None and r.scored and r.n >= least.default and r.mean is not None
                        and r.mean == best.get(m["label"]))
-                cells.append(Cell(cell.text, cell.detail, cell.note, strong=top, best=top))
-            body.append(_row(f"{d} ({n})" if i == 0 else "", me, *cells, starts_group=i == 0))
+                note = " ".join(x for x in (cell.note, marks.get((d, me, m["label"]), "")) if x)
+                cells.append(Cell(cell.text, cell.detail, note, strong=top, best=top))
+            name = Cell(me, note="(control)") if controls(me) else Cell(me)
+            body.append(_row(f"{d} ({n})" if i == 0 else "", name, *cells, starts_group=i == 0))
     mixed = _mixed(metrics)
     return Table(("task (N)", "method", *[metric_header(m, mixed) for m in metrics]), tuple(body), headers=2)
 

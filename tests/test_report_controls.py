@@ -1,0 +1,93 @@
+"""The report's controls: the best method against each control by the paired test, the marks on the control cells
+that are at least as good, and the verdict sentence, on hand-made figures; the Table-1 layout shows both."""
+
+import numpy as np
+import pytest
+
+from ctxbench.reporting.controls import MARK, control_rows, controls_markdown, is_control, marks, verdict
+from ctxbench.reporting.results_table import MinExamples, rows_from_cells, table1_table
+from ctxbench.reporting.stats import StatsSettings
+
+IDS = [f"e{i}" for i in range(12)]
+R = {"label": "Recall", "key": "recall", "higher_is_better": True}
+RISE = {"label": "RISE", "key": "RISE", "higher_is_better": False}
+
+
+def _per(values):
+    return dict(zip(IDS, values))
+
+
+def _cells(values):
+    """``{(task, method): cell}`` with the means of ``values[label][method]``."""
+    cells = {}
+    for label, by in values.items():
+        for me, per in by.items():
+            c = cells.setdefault(("t", me), {"method": me, "setting": "", "runs_n": {12}, "stats": {}})
+            x = np.array(list(per.values()))
+            c["stats"][label] = {"mean": float(x.mean()), "std": float(x.std()), "n": len(x), "ci_low": None,
+                                 "ci_high": None}
+            c[label] = float(x.mean())
+    return cells
+
+
+def _values():
+    rng = np.random.default_rng(0)
+    good = 0.8 + 0.05 * rng.random(12)
+    return {"Recall": {"flash": _per(good), "attention": _per(good - 0.3),
+                       "copy_match": _per(good + 0.05),  # above the best method on every example
+                       "random": _per(0.1 + 0.01 * rng.random(12))},
+            "RISE": {"flash": _per(0.1 + 0.01 * rng.random(12)), "attention": _per(0.4 + 0.01 * rng.random(12))}}
+
+
+def test_a_control_at_least_as_good_as_the_best_method_is_marked_and_the_metric_not_informative():
+    values = _values()
+    cells = _cells(values)
+    methods = ["flash", "attention", "copy_match", "random"]
+    rows = control_rows(["t"], methods, [RISE, R], cells, {"t": values}, MinExamples(10), StatsSettings())
+    rise, rec = rows
+    assert rise["best"] == "flash" and rise["controls"] == [] and rise["informative"] is None
+    assert rec["best"] == "flash" and rec["control"] == "copy_match" and rec["informative"] is False
+    by = {c["control"]: c for c in rec["controls"]}
+    assert by["copy_match"]["at_least_as_good"] and not by["random"]["at_least_as_good"]
+    assert by["copy_match"]["diff"] == pytest.approx(0.05)
+    assert by["random"]["n"] == 12 and by["random"]["p_value"] < 0.01
+    assert rec["beaten"] == ["flash", "attention"] and rec["methods"] == 2
+    assert marks(rows) == {("t", "copy_match", "Recall"): MARK}
+    said = verdict("t", rows)
+    assert said.startswith("**t**: Recall (copy_match ") and "is not informative on this variant" in said
+    assert "RISE cannot be checked (no control was scored with it)" in said
+    # the table: the control named, its cell marked
+    table = table1_table(rows_from_cells(["t"], methods, [RISE, R], cells), [RISE, R], 10, marks=marks(rows),
+                         controls=is_control)
+    grid = table.grid()
+    copy = next(r for r in grid if r[1].startswith("copy_match"))
+    assert copy[1] == "copy_match (control)" and copy[3].endswith(MARK)
+    assert not next(r for r in grid if r[1] == "flash")[3].endswith(MARK)
+    md = "\n".join(controls_markdown(rows, ["t"], StatsSettings()))
+    assert "| t | Recall | flash 0.8" in md and "| 2 of 2 | **no** |" in md
+
+
+def test_a_best_method_that_beats_every_control_is_informative():
+    values = _values()
+    del values["Recall"]["copy_match"]
+    cells = _cells(values)
+    rows = control_rows(["t"], ["flash", "attention", "random"], [R], cells, {"t": values}, MinExamples(10),
+                        StatsSettings())
+    (rec,) = rows
+    assert rec["informative"] is True and rec["control"] == "random" and rec["beaten"] == []
+    assert marks(rows) == {}
+    assert verdict("t", rows) == "**t**: Recall tells the best method from the controls (it beats every control)."
+
+
+def test_a_figure_under_the_minimum_is_not_ranked():
+    values = _values()
+    cells = _cells(values)
+    cells[("t", "copy_match")]["stats"]["Recall"]["n"] = 3  # shown as "too few (3)" by the table
+    rows = control_rows(["t"], ["flash", "attention", "copy_match", "random"], [R], cells, {"t": values},
+                        MinExamples(10), StatsSettings())
+    assert [c["control"] for c in rows[0]["controls"]] == ["random"] and rows[0]["informative"] is True
+
+
+def test_controls_by_name():
+    assert is_control("copy_match") and is_control("random") and is_control("position (seed=3)")
+    assert not is_control("ifr_multi_hop_both") and not is_control("copy")
