@@ -55,7 +55,7 @@ def test_a_control_at_least_as_good_as_the_best_method_is_marked_and_the_metric_
     assert marks(rows) == {("t", "copy_match", "Recall"): MARK}
     said = verdict("t", rows)
     assert said.startswith("**t**: Recall (copy_match ") and "is not informative on this variant" in said
-    assert "RISE cannot be checked (no control was scored with it)" in said
+    assert "RISE cannot be checked (no control was scored with it on the same examples)" in said
     # the table: the control named, its cell marked
     table = table1_table(rows_from_cells(["t"], methods, [RISE, R], cells), [RISE, R], 10, marks=marks(rows),
                          controls=is_control)

@@ -116,7 +116,7 @@ def test_table1_from_a_multirun(tmp_path):
     # the Table-1 layout: a row per task and method, the metric columns (no results.jsonl here: mean ± std)
     assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in md
     assert "| niah_mq_q2 (3) | ifr_multi_hop | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
-    assert "|  | random | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    assert "|  | random (control) | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
     rows = list(csv.reader(open(csv_path)))
     assert rows[0][:4] == ["dataset", "n", "ifr_multi_hop/RISE", "ifr_multi_hop/MAS"]
 

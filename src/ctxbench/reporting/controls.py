@@ -45,7 +45,8 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
     """Per task and metric: the best method (by mean, among the figures the report ranks), each control's paired
     comparison against it (``control``: the strongest control, the one the test separates least from the best), and
     ``informative``: True when the best method beats every control scored, False when some control is at least as
-    good, None when no control (or no method) has a figure. ``values[task]``: ``example_values`` of the task."""
+    good, None when no control has a figure on the examples the best method scored (or no method has one);
+    ``beaten``: the methods the strongest control's mean is better than. ``values[task]``: ``example_values``."""
     rows = []
     for d in datasets:
         for m in metrics:
@@ -69,6 +70,8 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
             for c in controls if row["best"] else []:
                 comp = paired_comparison(per.get(c, {}), per.get(row["best"], {}), higher_is_better=up,
                                          n_resamples=stats.n_resamples, level=stats.level, seed=stats.seed)
+                if comp["n"] == 0:
+                    continue  # no example both scored (or no results.jsonl): nothing to test
                 # at least as good: the test does not find the best method better than the control
                 beaten = comp["significant"] and comp["better"] == "b"
                 row["controls"].append({"control": c, "mean": ranked(c), "n": comp["n"], "diff": comp["diff"],
@@ -117,7 +120,7 @@ def verdict(task: str, rows: Sequence[Mapping[str, Any]]) -> str:
                      f"control is at least as good as the best method")
     if unchecked:
         parts.append(f"{', '.join(unchecked)} cannot be checked (no control was scored with "
-                     f"{'it' if len(unchecked) == 1 else 'them'})")
+                     f"{'it' if len(unchecked) == 1 else 'them'} on the same examples)")
     return f"**{task}**: " + ("; ".join(parts) if parts else "no figure to judge") + "."
 
 
@@ -141,7 +144,7 @@ def controls_markdown(rows: Sequence[Mapping[str, Any]], datasets: Sequence[str]
         c = next((c for c in r["controls"] if c["control"] == r["control"]), None)
         versus = "–" if c is None or c["diff"] is None else f"{c['diff']:+.3f} [n={c['n']}, p={c['p_value']:.2g}]"
         below = "–" if c is None else f"{len(r['beaten'])} of {r['methods']}"
-        said = {True: "yes", False: "**no**", None: "not checked (no control scored)"}[r["informative"]]
+        said = {True: "yes", False: "**no**", None: "not checked (no control on the same examples)"}[r["informative"]]
         lines.append(f"| {r['dataset']} | {r['metric']} | {r['best']} {_fig(r['best_mean'])} | "
                      f"{'–' if c is None else c['control'] + ' ' + _fig(c['mean'])} | {versus} | {below} | {said} |")
     lines += ["", "Verdicts:", ""] + [f"- {verdict(d, rows)}" for d in datasets]
