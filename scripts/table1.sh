@@ -19,6 +19,7 @@
 #                 hops=1, the Table-1 figure)
 #   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
 #   controls      the model-free controls (copy_match, position, random) on recovery: no model weights loaded
+#   controls_faith  the same controls' faithfulness, as the faith lane scores every method (the model is loaded)
 #   lds           the set-free scorers, LDS and top-k drop (mode=[lds,topk]), for the controls and the methods
 #                 cheapest first (TABLE1_LDS_METHODS sets them): one set of sentence ablations per example shared by
 #                 every method, kept in each job's ablations/ folder
@@ -58,7 +59,7 @@ fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|controls|lds|rec|report|compare|families"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|controls|controls_faith|lds|rec|report|compare|families"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -112,6 +113,10 @@ case $lane in
   controls)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/controls" \
       'attribution=[copy_match,position,random]' mode=recovery stats.baseline=null "$@" ;;
+  controls_faith)
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
+      hydra.sweep.dir="$vdir/controls_faith" 'attribution=[copy_match,position,random]' mode=faithfulness \
+      stats.baseline=null "$@" ;;
   lds)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/lds" \
       "attribution=[$lds_methods]" 'mode=[lds,topk]' "$@" ;;
@@ -130,7 +135,7 @@ case $lane in
     [ "$variant" = gold ] && [ -d "$vdir/rec_h1" ] && runs+="${runs:+,}$vdir/rec_h1"
     [ -d "$vdir/rec_h3" ] && runs+="${runs:+,}$vdir/rec_h3"
     # the controls' recovery and every method's LDS and top-k drop: rows and columns of the same table
-    for lane_dir in controls lds; do [ -d "$vdir/$lane_dir" ] && runs+="${runs:+,}$vdir/$lane_dir"; done
+    for lane_dir in controls controls_faith lds; do [ -d "$vdir/$lane_dir" ] && runs+="${runs:+,}$vdir/$lane_dir"; done
     samples=(); [ "$variant" = gold ] || samples=("samples=[$vdir/samples]")
     # IG may run on fewer examples than the other methods (the paper's protocol), its n shown
     exec "$py" exp/exp2/report.py "runs=[$runs]" prefer_later=true paper=true unfinished=true min_examples=10 \
@@ -152,5 +157,5 @@ case $lane in
     done
     [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | ig | controls | lds | rec | report | compare | families)" ;;
+    fail "unknown lane '$lane' (sample | faith | ig | controls | controls_faith | lds | rec | report | compare | families)" ;;
 esac

@@ -48,7 +48,7 @@ def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' "
-                                  "(sample | faith | ig | controls | lds | rec | report | compare | families)")
+                                  "(sample | faith | ig | controls | controls_faith | lds | rec | report | compare | families)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):
@@ -65,7 +65,8 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     steps = "mode.faithfulness.steps=2"
     ig = ["attribution.integrated_gradients.ig_steps=2", steps]
     lds = ["attribution=[ifr_multi_hop_both,copy_match]", "mode.lds.n_masks=4"]
-    for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig), ("controls", []), ("lds", lds)]:
+    for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig), ("controls", []), ("controls_faith", [steps]),
+                        ("lds", lds)]:
         out = _lane(tmp_path, lane, *extra, tasks=GOLD_TASK)
         assert out.returncode == 0, out.stderr[-3000:]
     rec1, rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_h1", "rec_h3", "faith_rec", "ig"))
@@ -103,6 +104,9 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert sorted(controls) == ["copy_match", "position", "random"] and "faithfulness" not in controls["random"]
     assert cells["copy_match"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
         controls["copy_match"]["recovery"]["row"])
+    faith_controls = {r["method"]: r for r in _records(tmp_path, "controls_faith")}
+    assert cells["random"]["figures"]["RISE"]["mean"] == pytest.approx(faith_controls["random"]["faithfulness"]["row"]
+                                                                       ["RISE"])
     lds_recs = {r["method"]: r for r in _records(tmp_path, "lds")}
     assert figures["LDS"]["mean"] == pytest.approx(lds_recs["ifr_multi_hop_both"]["lds"]["row"]["lds"])
     assert (tmp_path / "runs" / "report" / "table1.md").exists()
