@@ -47,8 +47,8 @@ def _records(tmp_path, lane):
 def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
-    assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' "
-                                  "(sample | faith | ig | controls | controls_faith | lds | rec | report | compare | families)")
+    assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' (sample | faith | ig | controls | "
+                                  "controls_faith | lds | rec | report | compare | families)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):
