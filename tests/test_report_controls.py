@@ -91,3 +91,17 @@ def test_a_figure_under_the_minimum_is_not_ranked():
 def test_controls_by_name():
     assert is_control("copy_match") and is_control("random") and is_control("position (seed=3)")
     assert not is_control("ifr_multi_hop_both") and not is_control("copy")
+
+
+def test_the_variants_page_names_the_controls_and_keeps_their_marks():
+    from ctxbench.reporting.protocol import variants_markdown
+
+    fig = {"mean": 0.9, "n": 12}
+    t = {"caption": "evidence CoT (labelled synthetic)", "datasets": ["t"], "min_examples": 10,
+         "cells": [{"dataset": "t", "method": "flash", "n": 12, "figures": {"Recall@10%": {"mean": 0.6, "n": 12}}},
+                   {"dataset": "t", "method": "copy_match", "n": 12, "figures": {"Recall@10%": fig}}],
+         "controls": [{"dataset": "t", "metric": "Recall@10%", "controls": [
+             {"control": "copy_match", "at_least_as_good": True}]}]}
+    md = variants_markdown([("runs/ev/report", t)], {})
+    assert f"| copy_match (control) | – / – / – | – / – / 0.900{MARK} |" in md
+    assert "| flash | – / – / – | – / – / 0.600 |" in md

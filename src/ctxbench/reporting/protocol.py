@@ -16,6 +16,7 @@ import numpy as np
 from ctxbench.cache_record import config_path
 from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
 from ctxbench.metrics.recovery import top_k_count
+from ctxbench.reporting.controls import is_control, marks
 from ctxbench.reporting.paper import ranked
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.reporting.tables import by_method, example_seconds
@@ -241,7 +242,8 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
     lines = ["# Table 1: the variants beside the paper", "",
              "RISE / MAS (lower is better) / Recall@10% (higher) per method: the paper's Table 1 (Qwen3-8B, 100 "
              "examples per task) and each variant here; `n=` when a cell rests on another number of examples than the "
-             "task's, `too few` when under the report's min_examples. Sources: "
+             "task's, `too few` when under the report's min_examples; ‡ on a control's figure at least as good as the "
+             "variant's best method there (paired test, docs/report.md#controls). Sources: "
              + "; ".join(f"{n}: `{d}`" for n, (d, _) in zip(names, reports)) + "."]
     for task in tasks:
         per = []
@@ -252,11 +254,13 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
         lines += ["", f"## {task}", "", "| method | paper | " + " | ".join(names) + " |",
                   "|---" * (2 + len(names)) + "|"]
         for me in methods:
-            row = [me, " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
+            row = [f"{me} (control)" if is_control(me) else me,
+                   " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
             for t, cells in per:
                 c = cells.get(me)
                 least = MinExamples(t.get("min_examples") or 0, t.get("min_examples_of") or {})
-                row.append("–" if c is None else " / ".join(_cell_fig(c, k, least)
+                marked = marks(t.get("controls") or [])  # a control as good as the variant's best method there
+                row.append("–" if c is None else " / ".join(_cell_fig(c, k, least) + marked.get((task, me, k), "")
                                                              for k in VARIANT_METRICS))
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", "| variant | N | accuracy | recall budget k/gold, ceiling | paper's orders kept |",
