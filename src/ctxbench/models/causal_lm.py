@@ -24,6 +24,7 @@ from functools import lru_cache
 import torch
 
 from ctxbench.assets import package_dir
+from ctxbench.errors import ConfigError
 from ctxbench.locks import create_once
 from ctxbench.models.spec import ModelConfig
 
@@ -56,13 +57,16 @@ def resolve_source(path: str, gguf_file: Optional[str] = None, cache_dir: str | 
     ``<cache_dir>/assembled/`` (without a cache dir: where the package puts it)."""
     if path.startswith(PACKAGE_PREFIX):
         name = path[len(PACKAGE_PREFIX):]
-        folder = package_dir(name)
+        try:
+            folder = package_dir(name)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"model.path={path}: {exc}") from None
         if gguf_file is None:
             ggufs = sorted(p.name for p in folder.glob("*.gguf"))
             if len(ggufs) == 1:
                 gguf_file = ggufs[0]
             elif ggufs:
-                raise ValueError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
+                raise ConfigError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
             elif not ggufs:
                 assembled = _assembled(name, cache_dir)
                 if assembled is not None:
@@ -71,12 +75,17 @@ def resolve_source(path: str, gguf_file: Optional[str] = None, cache_dir: str | 
     p = Path(path).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
-            raise ValueError(f"model.path={path}: a file must be a .gguf model; otherwise give a folder or a hub id")
+            raise ConfigError(f"model.path={path}: a file must be a .gguf model; otherwise give a folder or a hub id")
         return ModelSource(str(p.parent), p.name, True)
     if p.is_dir():
+        if gguf_file is not None and not (p / gguf_file).is_file():
+            if (p / "config.json").is_file():  # a transformers folder: the group's GGUF name is not for it
+                return ModelSource(str(p), None, True)
+            raise ConfigError(f"model.path={path}: no GGUF file {gguf_file!r} in this folder (model.gguf_file=null "
+                              f"for a transformers folder, or name the file)")
         return ModelSource(str(p), gguf_file, True)
     if path.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model.path={path}: no such file or folder")
+        raise ConfigError(f"model.path={path}: no such file or folder")
     return ModelSource(path, gguf_file, False)  # a hub id: transformers resolves it (from its cache when offline)
 
 
@@ -107,7 +116,7 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
              "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64, "fp64": torch.float64}
     if dtype not in table:
-        raise ValueError(f"model.dtype={dtype!r}: expected one of auto, {', '.join(sorted(table))}")
+        raise ConfigError(f"model.dtype={dtype!r}: expected one of auto, {', '.join(sorted(table))}")
     if device.type == "cpu" and table[dtype] == torch.float16:
         log.warning("float16 on CPU is slow and inexact; consider float32")
     return table[dtype]
@@ -190,14 +199,26 @@ def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # left only when saving or the rename failed
 
 
+@contextlib.contextmanager
+def _loading(cfg: ModelConfig) -> Iterator[None]:
+    """A hub id transformers cannot find (offline, or no such model) is the user's path: one line, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"model.path={cfg.path}: not a local file or folder, and transformers cannot load it as a "
+                          f"hub id here ({first})") from None
+
+
 def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
     """The tokenizer alone (cheap): used by data generation and span recomputation."""
     from transformers import AutoTokenizer
 
     source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
-    tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
-                                        trust_remote_code=cfg.trust_remote_code)
+    with _loading(cfg):
+        tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
+                                            trust_remote_code=cfg.trust_remote_code)
     _fix_tokenizer(tok, source)
     return tok
 
@@ -228,14 +249,14 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if cfg.backend != "hf":
-        raise ValueError(f"model.backend={cfg.backend!r} is not a local transformers model; use the openai client")
+        raise ConfigError(f"model.backend={cfg.backend!r} is not a local transformers model; use the openai client")
     source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg.dtype, device)
     attn = cfg.attn_implementation or ("eager" if need_attentions else None)
     if need_attentions and attn != "eager":
-        raise ValueError(f"model.attn_implementation={attn!r} returns no attention probabilities; use eager")
+        raise ConfigError(f"model.attn_implementation={attn!r} returns no attention probabilities; use eager")
     kwargs: dict[str, Any] = dict(dtype=dtype, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     if gguf:
         kwargs["gguf_file"] = gguf
@@ -243,10 +264,11 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
         kwargs["attn_implementation"] = attn
     if cfg.device_map:
         kwargs["device_map"] = cfg.device_map
-    tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
-                                        trust_remote_code=cfg.trust_remote_code)
-    _fix_tokenizer(tok, source)
-    model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    with _loading(cfg):
+        tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
+                                            trust_remote_code=cfg.trust_remote_code)
+        _fix_tokenizer(tok, source)
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if not cfg.device_map:
         model.to(device)
     model.eval()
