@@ -49,14 +49,6 @@ def test_a_hub_id_that_cannot_be_loaded_is_one_line(monkeypatch):
         load_tokenizer(ModelConfig(name="x", path="no-such-org/no-such-model", gguf_file=None))
 
 
-def test_a_missing_model_path_on_the_command_line_is_one_line_and_exit_2(tmp_path):
-    from helpers.cli import run_script
-
-    out = run_script("run_exp.py", "model.path=/nonexistent/model", "dry_run=true", cwd=tmp_path)
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines()[-1] == "error: model.path=/nonexistent/model: no such file or folder"
-    assert "Traceback" not in out.stderr
-
 
 def test_dtypes():
     cpu = torch.device("cpu")

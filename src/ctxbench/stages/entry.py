@@ -30,11 +30,16 @@ class TrialFailed(Exception):
 def user_errors(trial: bool = False):
     """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1); in a trial of an
     optimising sweep (``trial``) the line is printed and the job fails as ``TrialFailed``."""
+    from omegaconf.errors import MissingMandatoryValue
+
     try:
         yield
-    except UserError as exc:
+    except (UserError, MissingMandatoryValue) as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if isinstance(exc, MissingMandatoryValue):  # a key the chosen option leaves to the user (``???``)
+            key = exc.full_key or "a key"
+            exc = UserError(f"{key}: no value given; this option needs one ({key}=...)")
         print(f"error: {exc}", file=sys.stderr)
         if trial:
             raise TrialFailed(str(exc)) from None
