@@ -52,6 +52,23 @@ def test_bad_lines_name_file_line_field(tmp_path, bad_line, field, text):
         assert f"field '{field}'" in msg
 
 
+def test_a_broken_line_is_named_once(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    write_jsonl(p, [json.dumps(row(0)), "{not json"])
+    with pytest.raises(DataError) as err:
+        list(read_examples(p))
+    assert str(err.value) == f"{p}:2: not a JSON object (Expecting property name enclosed in double quotes at column 2)"
+
+
+def test_a_repeated_example_id_is_refused_naming_both_lines(tmp_path):
+    p = tmp_path / "c.jsonl"
+    write_jsonl(p, [json.dumps(row(0)), json.dumps(row(1)), json.dumps(row(0, prompt="other"))])
+    with pytest.raises(DataError) as err:
+        list(read_examples(p))
+    assert str(err.value) == (f"{p}:3: field 'metadata.id': example id 'ex0' again (first at line 1); ids must be "
+                              f"unique")
+
+
 def test_span_out_of_range_with_tokenizer(tmp_path):
     class WordTok:  # one token per whitespace-separated word: counts are obvious
         def __call__(self, text, add_special_tokens=False):

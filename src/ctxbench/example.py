@@ -199,6 +199,12 @@ def read_examples(path: str | Path, tokenizer=None) -> Iterator[CachedExample]:
     this tokenizer's tokens overlap."""
     rows = [(lineno, CachedExample.from_dict(obj, file=path, line=lineno)) for lineno, obj in iter_jsonl(path)]
     _number_unidentified(rows, path)
+    first: dict[str, int] = {}
+    for lineno, example in rows:  # a repeated id would be worked twice and its results mixed up
+        seen = first.setdefault(example.example_id, lineno)
+        if seen != lineno:
+            raise DataError(f"example id {example.example_id!r} again (first at line {seen}); ids must be unique",
+                            file=path, line=lineno, field="metadata.id")
     for lineno, example in rows:
         if tokenizer is not None:
             _check_spans_for(example, tokenizer, path, lineno)

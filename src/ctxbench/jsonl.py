@@ -57,7 +57,11 @@ def _iter_lines(fp, path: Path, complete_only: bool = False) -> Iterator[tuple[i
         except EOFError:
             return
         except jsonlines.InvalidLineError as exc:
-            raise DataError(f"not a JSON object ({exc})", file=path, line=exc.lineno) from None
+            cause = exc.__cause__
+            # the line number is the DataError's; the decoder's own position within the line is its column
+            why = (f"{cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError)
+                   else "valid JSON of another type")
+            raise DataError(f"not a JSON object ({why})", file=path, line=exc.lineno) from None
         yield lines.lineno, obj
 
 
