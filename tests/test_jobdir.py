@@ -141,7 +141,8 @@ class SlowRandom(RandomAttributor):
 
 
 @pytest.mark.slow
-def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tmp_path):
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_then_resume_latest_finishes_with_each_example_and_method_once(tmp_path, sig, code, word):
     plug = plugin_module(tmp_path, "slow_random", SLOW_ATTRIBUTOR)
     search_path = plugin_option(tmp_path, "attribution", "slow",
                                 "slow:\n  _target_: slow_random.SlowRandom\n  delay: 1.0\n")
@@ -158,14 +159,14 @@ def test_sigint_then_resume_latest_finishes_with_each_example_and_method_once(tm
         if results and results[0].read_text().count("\n") >= 1:
             break
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     (job,) = runs.iterdir()
     kept = (job / "results.jsonl").read_text().splitlines()
     assert 1 <= len(kept) < 8
     last = err.strip().splitlines()[-1]
-    assert "Traceback" not in err and last.startswith("interrupted: ") and " of 4 examples × 2 methods kept" in last
+    assert "Traceback" not in err and last.startswith(f"{word}: ") and " of 4 examples × 2 methods kept" in last
     assert f"in outputs/run_exp/niah_mq_q2/{job.name}/results.jsonl; resume: " in last
     assert last.endswith(f"progress=false resume=outputs/run_exp/niah_mq_q2/{job.name}")
     out = run_script("run_exp.py", *args, "resume=latest", cwd=tmp_path, pythonpath=plug)

@@ -26,6 +26,30 @@ class TrialFailed(Exception):
     (``hydra.sweeper.max_failure_rate``), where an exit would end the whole study."""
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where the stage is, so that it stops as at a Ctrl-C: what is written stays, one line says
+    what was kept and how to resume."""
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @contextmanager
 def user_errors(trial: bool = False):
     """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1); in a trial of an
@@ -61,10 +85,11 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
         tracking = JobTracking.for_job(cfg, job_info(job.path, job.stage, job.sweep_dir))
         job.on_accept(tracking.start)
         try:
-            result = stage(cfg, str(job.path))
-        except KeyboardInterrupt:
+            with sigterm_as_interrupt():
+                result = stage(cfg, str(job.path))
+        except KeyboardInterrupt as exc:
             tracking.end("KILLED")
-            job.interrupted()
+            job.interrupted(terminated=isinstance(exc, Terminated))
         except BaseException:
             tracking.end("FAILED")
             raise

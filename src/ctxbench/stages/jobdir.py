@@ -28,6 +28,7 @@ from typing import Callable, Iterator, Optional
 
 HYDRA_SUBDIR = ".hydra"
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 _current: Optional["JobDir"] = None
 
@@ -142,17 +143,19 @@ class JobDir:
             if not self.accepted:
                 self.discard()
 
-    def interrupted(self) -> None:
-        """The one line of a Ctrl-C (what was kept, the command that resumes), then exit code 130."""
+    def interrupted(self, terminated: bool = False) -> None:
+        """The one line of a Ctrl-C (what was kept, the command that resumes), then exit code 130; ``terminated``: a
+        SIGTERM (a scheduler's stop), the same line opening with "terminated", exit code 143."""
+        what = "terminated" if terminated else "interrupted"
         if not self.accepted:
-            msg = "interrupted before the run started: nothing written"
+            msg = f"{what} before the run started: nothing written"
             if not self.fresh:
                 msg += f" ({shown(self.path)} is as it was)"
         else:
             kept = self.kept() if self.kept is not None else f"kept in {shown(self.path)}"
-            msg = f"interrupted: {kept}; resume: {resume_command(self.resume_dir or str(self.path))}"
+            msg = f"{what}: {kept}; resume: {resume_command(self.resume_dir or str(self.path))}"
         print(msg, file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 def accept() -> None:
