@@ -284,3 +284,11 @@ def test_hotpotqa_long_offline_default(tmp_path, smol_tokenizer):
     for e in examples:  # every document of the prompt is a paragraph of the packaged rows
         docs = [d.split("\n")[1] for d in e.prompt.split("Document ")[1:]]
         assert docs and set(docs) <= titles
+
+
+def test_a_ruler_file_that_holds_another_format_says_which_option_reads_it(tmp_path):
+    cache = tmp_path / "c.jsonl"
+    cache.write_text(json.dumps({"prompt": "p", "target": "t", "metadata": {"id": "a"}}) + "\n")
+    with pytest.raises(DataError, match=r"c.jsonl:1: field 'input': missing field \(a RULER row has input and "
+                                        r"outputs\); this line is a CachedExample .*dataset=cached dataset.path"):
+        load_ruler_jsonl(cache)

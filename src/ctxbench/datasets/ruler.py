@@ -50,7 +50,13 @@ def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
 
     for key in ("input", "outputs"):
         if key not in obj:
-            fail("missing field", key)
+            hint = ""
+            if {"prompt", "target"} <= set(obj):  # a sampled CachedExample cache, not RULER rows
+                hint = ("; this line is a CachedExample (prompt, target): read such a cache with dataset=cached "
+                        "dataset.path=<file>")
+            elif {"_id", "question", "context"} <= set(obj):
+                hint = "; this line is a MoreHopQA row: dataset=morehopqa reads them"
+            fail(f"missing field (a RULER row has input and outputs){hint}", key)
     if not isinstance(obj["input"], str):
         fail(f"must be a string, got {type(obj['input']).__name__}", "input")
     if not (isinstance(obj["outputs"], list) and obj["outputs"] and all(isinstance(o, str) for o in obj["outputs"])):
