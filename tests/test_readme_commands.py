@@ -13,6 +13,7 @@ earlier steps' outputs (``SUBSTITUTIONS``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -97,6 +98,9 @@ def _sweep_of_two(work: Path, out) -> None:
     sweep = _latest(work / "outputs" / "multirun" / "run_exp")
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
     assert len(jobs) == 2 and all((j / "summary.json").is_file() for j in jobs), jobs
+    # niah_single_1 from the cache step 1 wrote, both stages at their default length
+    kinds = {json.loads((j / "manifest.json").read_text())["dataset"]["kind"] for j in jobs}
+    assert kinds == {"cache", "ruler"}, kinds
 
 
 def _sampled(work: Path, out) -> None:
@@ -161,10 +165,11 @@ PLANS: dict[str, Plan] = {
     ".venv/bin/python exp/exp2/run_exp.py resume=latest": Plan(shrink=RUN_SMALL, check=_main_job),
     ".venv/bin/python exp/exp2/preview_prompts.py dataset=morehopqa retriever=bm25 n=3 [output=rows.jsonl]":
         Plan(check=_rows),
-    # Sampling recipe: the real two-stage flow, shrunk
-    ".venv/bin/python exp/exp2/sample_and_filter.py dataset=niah_single_1 length=512 max_rows=12":
+    # Sampling recipe: the real two-stage flow, shrunk, each stage at its default length (the cache step 1 writes is
+    # the one step 2 reads)
+    ".venv/bin/python exp/exp2/sample_and_filter.py dataset=niah_single_1 max_rows=12":
         Plan(shrink=("max_rows=1", "max_examples=1", "generator.max_new_tokens=64", "progress=false"), check=_sampled),
-    ".venv/bin/python exp/exp2/run_exp.py -m dataset=niah_single_1,niah_mq_q2 length=512 mode=[faithfulness,recovery]":
+    ".venv/bin/python exp/exp2/run_exp.py -m dataset=niah_single_1,niah_mq_q2 mode=[faithfulness,recovery]":
         Plan(shrink=RUN_SMALL, check=_sweep_of_two),
     ".venv/bin/python exp/exp2/report.py 'runs=[outputs/multirun/run_exp/<time>]'": Plan(check=_report),
     # Attribution stage
