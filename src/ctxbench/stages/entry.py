@@ -50,10 +50,15 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, before)
 
 
+# The jobs of a dry-run sweep that were refused (their folders), said together when the sweep ends.
+REFUSED_IN_DRY_RUN: list[str] = []
+
+
 @contextmanager
-def user_errors(trial: bool = False):
+def user_errors(trial: bool = False, dry_job: str | None = None):
     """A user error leaves as one line and exit code 2 (its traceback only with HYDRA_FULL_ERROR=1); in a trial of an
-    optimising sweep (``trial``) the line is printed and the job fails as ``TrialFailed``."""
+    optimising sweep (``trial``) the line is printed and the job fails as ``TrialFailed``; in a job of a dry-run
+    sweep (``dry_job``: its folder) the line names the job and the sweep goes on to check the next one."""
     from omegaconf.errors import MissingMandatoryValue
 
     try:
@@ -64,6 +69,10 @@ def user_errors(trial: bool = False):
         if isinstance(exc, MissingMandatoryValue):  # a key the chosen option leaves to the user (``???``)
             key = exc.full_key or "a key"
             exc = UserError(f"{key}: no value given; this option needs one ({key}=...)")
+        if dry_job is not None:
+            print(f"error: {dry_job}: {exc}", file=sys.stderr)
+            REFUSED_IN_DRY_RUN.append(dry_job)
+            return
         print(f"error: {exc}", file=sys.stderr)
         if trial:
             raise TrialFailed(str(exc)) from None
@@ -80,7 +89,8 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
     # where the run writes, first (a sweep: its folder too) and what it wrote, last
     log.info("job folder: %s%s", shown(job.path), f" (sweep folder {shown(job.sweep_dir)})" if job.sweep_dir else "")
     objective = cfg.get("objective")
-    with user_errors(objective is not None and job.sweep_dir is not None), job.active():
+    dry_job = shown(job.path) if cfg.get("dry_run") and job.sweep_dir is not None else None
+    with user_errors(objective is not None and job.sweep_dir is not None, dry_job), job.active():
         # the experiment trackers: checked now, before anything loads; their runs open when the job is accepted
         tracking = JobTracking.for_job(cfg, job_info(job.path, job.stage, job.sweep_dir))
         job.on_accept(tracking.start)
@@ -142,6 +152,12 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
         if "--help" in args or "-h" in args:
             print(app_help(conf_dir, name, Path(entry_file).stem, args), end="")
             return None
-        return hydra_main()
+        result = hydra_main()
+        if REFUSED_IN_DRY_RUN:  # a dry-run sweep checked every job: the refused ones, together
+            n = len(REFUSED_IN_DRY_RUN)
+            print(f"error: dry run: {n} job{'s' * (n != 1)} of the sweep refused: {', '.join(REFUSED_IN_DRY_RUN)}",
+                  file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR)
+        return result
 
     return main
