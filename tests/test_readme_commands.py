@@ -1,6 +1,7 @@
-"""Every command README.md shows works as written on a fresh clone, offline.
+"""Every command README.md (and docs/usage.md, the manual that holds the rest of it) shows works as written on a
+fresh clone, offline.
 
-The commands are read from README.md itself: each line of a ```bash block that starts with ``.venv/bin/python``,
+The commands are read from the pages themselves: each line of a ```bash block that starts with ``.venv/bin/python``,
 ``python`` or ``bash`` (``\\`` continuations joined, comments dropped, ``a && b`` split into its parts), and each inline
 code span that starts with one of them. ``PLANS`` says, for every one of them, how it is run here: as written with
 overrides that shrink it (fewer examples, rows, steps and tokens), with ``dry_run=true`` where the command's point is a
@@ -29,6 +30,8 @@ import pytest
 from helpers.paths import CACHE_DIR, ROOT
 
 README = ROOT / "README.md"
+# the pages whose commands are run: the quick start, then the manual that holds what used to follow it
+PAGES = (README, ROOT / "docs" / "usage.md")
 PROGRAMS = (".venv/bin/python", "python", "python3", "bash")
 
 
@@ -181,6 +184,7 @@ PLANS: dict[str, Plan] = {
         Plan(skip="needs the full MoreHopQA file (with_human_verification.json), which the project does not ship"),
     "bash scripts/table1.sh cot_evidence sample": Plan(skip=TABLE1),
     "bash scripts/table1.sh cot_evidence faith": Plan(skip=TABLE1),
+    "bash scripts/table1.sh cot_evidence controls": Plan(skip=TABLE1),
     # Retrieval evaluation
     ".venv/bin/python exp/exp2/run_exp.py -m mode=retrieval dataset=wiki_demo dataset.n_docs=2000 "
     "dataset.n_queries=200 retriever=dense,bm25,random": Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6")),
@@ -225,9 +229,15 @@ def shrunk(argv: list[str], overrides: tuple) -> list[str]:
 
 # --- the tests ------------------------------------------------------------------------------------------------------
 
+def page_commands() -> list[tuple[str, int, str]]:
+    """``(page, line, command)`` of every page in ``PAGES``, in order (the README first)."""
+    return [(page.relative_to(ROOT).as_posix(), no, c) for page in PAGES
+            for no, c in readme_commands(page.read_text(encoding="utf-8"))]
+
+
 def test_every_readme_command_has_a_plan():
-    commands = readme_commands(README.read_text(encoding="utf-8"))
-    assert len(commands) >= 20, commands  # the parser found the README's commands
+    assert len(readme_commands(README.read_text(encoding="utf-8"))) >= 10  # the parser found the README's commands
+    commands = [(f"{page}:{no}", c) for page, no, c in page_commands()]
     bare = [(no, c) for no, c in commands if c.split(" ", 1)[0] in ("python", "python3")]
     assert not bare, f"README commands run with a bare python (write .venv/bin/python): {bare}"
     texts = {c for _, c in commands}
@@ -235,7 +245,7 @@ def test_every_readme_command_has_a_plan():
     assert not missing, f"README commands this test neither runs nor lists as not runnable (add them to PLANS): " \
                         f"{missing}"
     stale = [c for c in PLANS if c not in texts]
-    assert not stale, f"PLANS entries no longer in README.md: {stale}"
+    assert not stale, f"PLANS entries no longer in README.md or docs/usage.md: {stale}"
 
 
 def test_parser():
@@ -278,9 +288,10 @@ def _run(work: Path, index: int, command: str, plan: Plan) -> tuple[list[str], s
 
 @pytest.mark.slow
 def test_readme_commands_run(work):
-    """Each runnable README command, in README order, shrunk; a failure names the command and ends its output."""
+    """Each runnable command of the README, then of docs/usage.md, in page order, shrunk; a failure names the page,
+    line and command and ends its output."""
     failures, times = [], []
-    for index, (no, command) in enumerate(readme_commands(README.read_text(encoding="utf-8"))):
+    for index, (page, no, command) in enumerate(page_commands()):
         plan = PLANS[command]
         if plan.skip:
             continue
@@ -292,7 +303,7 @@ def test_readme_commands_run(work):
             if plan.check is not None:
                 plan.check(work, out)
         except AssertionError as exc:
-            failures.append(f"README.md:{no}: {command}\n  ran: {shlex.join(argv)}\n  {exc}\n"
+            failures.append(f"{page}:{no}: {command}\n  ran: {shlex.join(argv)}\n  {exc}\n"
                             f"{(out.stdout + out.stderr)[-3000:]}")
     print("\n" + "\n".join(f"{t:6.1f} s  {c}" for t, c in times))
     assert not failures, "\n\n".join(failures)
