@@ -14,7 +14,7 @@ from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_b
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.reporting.tables import summarize
 
-from helpers.records import write_job_folder
+from helpers.records import whole_report, write_job_folder
 
 SCORERS = {"faithfulness": FaithfulnessScorer(common_sets=["all", "nonstop"]), "recovery": RecoveryScorer()}
 
@@ -67,8 +67,8 @@ def test_a_method_with_other_settings_is_its_own_row(tmp_path):
     assert cells[("niah_mq_q2", "ifr_multi_hop_both")]["Recall@10%"] == pytest.approx(0.5)  # the hops=1 figure
     assert cells[("niah_mq_q2", "ifr_multi_hop_both (hops=3)")]["Recall@10%"] == pytest.approx(0.25)
     assert {r["method"] for r in jobs[1].records()} == {"ifr_multi_hop_both (hops=3)"}
-    md = write_table1(jobs, tmp_path / "out", view="row", caption="evidence CoT (labelled synthetic)",
-                      min_examples=4)[2]
+    md = whole_report(write_table1(jobs, tmp_path / "out", view="row", caption="evidence CoT (labelled synthetic)",
+                                   min_examples=4))
     assert md.startswith("**evidence CoT (labelled synthetic)**")
     assert "|  | ifr_multi_hop_both (hops=3) | – | – | – | – | – | – | – | too few (3) |" in md
     assert "**too few" not in md  # a figure not shown is never marked the best
@@ -94,7 +94,7 @@ def test_deletion_set_orderings_and_budget(tmp_path):
     budgets = budget_rows({"niah_mq_q2": [r for j in jobs for r in j.records()]})
     assert [(b["stop_tokens_skipped"], b["k"], b["gold"], b["ceiling"]) for b in budgets] == [
         (False, 10, 20, 0.5), (True, 8, 16, 0.5)]
-    md = write_table1(jobs, tmp_path / "out", view="row")[2]
+    md = whole_report(write_table1(jobs, tmp_path / "out", view="row"))
     assert "## Faithfulness by deletion set" in md and "## Recall budget" in md
 
 

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from helpers.paths import ROOT
-from helpers.records import without_time_section, write_job_folder
+from helpers.records import whole_report, without_time_section, write_job_folder
 from ctxbench.attribution import Attributor
 from ctxbench.conf import register_configs
 from ctxbench.errors import ConfigError, DataError
@@ -128,7 +128,8 @@ def test_report_table1_layout_with_intervals(tmp_path):
     # recomputed from results.jsonl with the report's settings: the same bootstrap over the same values
     assert tuple(cells[("niah_mq_q2", "good")]["stats"]["RISE"][k] for k in ("ci_low", "ci_high")) == \
         tuple(bootstrap_ci(RISE["good"], n_resamples=200, seed=3))
-    md_path, csv_path, md = write_table1(jobs, tmp_path / "report", "seq", STATS)
+    md_path, csv_path, md = written = write_table1(jobs, tmp_path / "report", "seq", STATS)
+    md = whole_report(written)
     lines = md.splitlines()
     assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in lines
     g = cells[("niah_mq_q2", "good")]["stats"]
@@ -153,9 +154,10 @@ def test_report_pairs_methods_split_between_runs(tmp_path):
         write_job(tmp_path / "ig", "0_niah_mq_q2", records(("mixed",)), methods=("mixed",),
                   overrides=["attribution=[mixed]", "stats.baseline=null"])])
     whole = find_jobs([write_job(tmp_path / "one", "0_niah_mq_q2", records())])
-    md = write_table1(split, tmp_path / "split", "seq", STATS)[2]
+    md = whole_report(write_table1(split, tmp_path / "split", "seq", STATS))
     # the same page, but for the time section, which names each run's folder
-    assert without_time_section(md) == without_time_section(write_table1(whole, tmp_path / "whole", "seq", STATS)[2])
+    assert without_time_section(md) == without_time_section(whole_report(write_table1(whole, tmp_path / "whole", "seq",
+                                                                                     STATS)))
     assert "| niah_mq_q2 | ig | mixed | 8 |" in md
     rows = json.loads((tmp_path / "split" / "table1.json").read_text())["comparisons"]
     gm = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("good", "mixed", "RISE"))
@@ -192,7 +194,7 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     # summarised from its results exactly as the run would have (figures, intervals, comparisons)
     assert json.loads(json.dumps(late.summary)) == written
     assert late.summary["methods"]["flat"]["examples"] == 7
-    _, csv_path, md = write_table1(jobs, tmp_path / "report", "seq", STATS)
+    md = whole_report(write_table1(jobs, tmp_path / "report", "seq", STATS))
     assert f"- `{stopped}`: 7 of 8 examples scored by every method so far" in md
     assert "| vt_h2_c3 (7/8) | good |" in md
     saved = json.loads((tmp_path / "report" / "table1.json").read_text())
@@ -213,8 +215,8 @@ def test_report_view_follows_what_the_runs_scored(tmp_path):
     with pytest.raises(ConfigError, match=r"view: the runs share no single view to report \(none\)"):
         table_view(row + rec)
     # the table is filled from the row view's figures
-    md = write_table1(row, tmp_path / "report", table_view(row), STATS)[2]
-    assert md.startswith("Table 1 layout (row view;")
+    md = whole_report(write_table1(row, tmp_path / "report", table_view(row), STATS))
+    assert md.startswith("Table 1 (row view;")
 
 
 def _compose(overrides):

@@ -14,7 +14,7 @@ from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.tables import example_seconds, markdown_summary, summarize, write_mode_csvs
 
-from helpers.records import write_job_folder
+from helpers.records import whole_report, write_job_folder
 
 VIEWS = ["seq", "row", "rec"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
@@ -112,7 +112,8 @@ def test_table1_from_a_multirun(tmp_path):
         ("RISE", False), ("MAS", False), ("RISE+AP", False), ("Recall@10%", True)]
     assert cells[("vt_h2_c3", "random")]["RISE"] == pytest.approx(0.2)
     assert cells[("vt_h2_c3", "random")]["Recall@10%"] == pytest.approx(0.5)
-    md_path, csv_path, md = write_table1(jobs, tmp_path / "out")
+    md_path, csv_path, md = written = write_table1(jobs, tmp_path / "out")
+    md = whole_report(written)
     # the Table-1 layout: a row per task and method, the metric columns (no results.jsonl here: mean ± std)
     assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in md
     assert "| niah_mq_q2 (3) | ifr_multi_hop | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
@@ -146,7 +147,7 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     cell = cells[("niah_mq_q2", "ifr_multi_hop_both")]
     assert methods == ["ifr_multi_hop_both"] and cell["runs_n"] == {3}
     assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
-    md = write_table1(find_jobs([f, r]), tmp_path / "out")[2]
+    md = whole_report(write_table1(find_jobs([f, r]), tmp_path / "out"))
     assert ("| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
             "| 0.500 ± 0.500 |") in md
     # a recovery run that scored fewer examples: the task's N says both counts, not the larger alone
@@ -156,7 +157,7 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     summary["methods"]["ifr_multi_hop_both"]["examples"] = 2
     (short / "summary.json").write_text(json.dumps(summary))
     out = write_table1(find_jobs([f, short]), tmp_path / "out_short")
-    assert "| niah_mq_q2 (2/3) | ifr_multi_hop_both |" in out[2]
+    assert "### niah_mq_q2 (N=2/3)" in out[2] and "| niah_mq_q2 (2/3) | ifr_multi_hop_both |" in whole_report(out)
     assert json.loads((tmp_path / "out_short" / "table1.json").read_text())["cells"][0]["n_per_run"] == [2, 3]
     g = make_job(tmp_path, "g", "niah_mq_q2", ["mode=recovery"], ["ifr_multi_hop_both"], modes=["recovery"])
     with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\)"):
@@ -226,7 +227,8 @@ def test_report_cli_writes_table1(tmp_path):
                           f"hydra.run.dir={tmp_path / 'report'}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| vt_h2_c3 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" \
-        in out.stdout
+        in (tmp_path / "report" / "pairs.md").read_text()
+    assert "### vt_h2_c3 (N=3)" in out.stdout  # the page's headline tables, printed
     assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()
     # a wrong runs entry: one line naming it, exit code 2, no traceback
     bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"),
@@ -270,7 +272,7 @@ def test_paper_table1_figures_and_orderings(tmp_path):
     # through the report: a section after the comparisons, and in table1.json
     root = tmp_path / "multirun"
     make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop_both", "attnlrp"])
-    _, _, md = write_table1(find_jobs([root]), tmp_path / "out", paper=True)
+    md = whole_report(write_table1(find_jobs([root]), tmp_path / "out", paper=True))
     assert "## Against the paper's Table 1" in md
     assert "| niah_mq_q2 | RISE | ifr_multi_hop_both, attnlrp | ifr_multi_hop_both = attnlrp | none |" in md
     saved = json.loads((tmp_path / "out" / "table1.json").read_text())

@@ -9,6 +9,7 @@ from ctxbench.errors import DataError
 from ctxbench.stages.run import RESULTS, run_stage
 
 from helpers.configs import plugin_option, run_cfg
+from helpers.records import whole_report
 
 
 @pytest.mark.slow
@@ -44,10 +45,12 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     # The job feeds the Table-1 report.
     from ctxbench.reporting.aggregate import find_jobs, write_table1
 
-    _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
+    written = write_table1(find_jobs([out]), tmp_path / "report")
+    assert "| method | RISE ↓ | MAS ↓ | Recall@10% ↑ |" in written[2] and "### niah_mq_q2 (N=4)" in written[2]
+    table = whole_report(written)
     assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in table
     assert "| niah_mq_q2 (4) | ifr_multi_hop |" in table and "|  | ifr_multi_hop_both |" in table
-    assert "### niah_mq_q2" in table  # the paired comparisons, recomputed from results.jsonl
+    assert "\n### niah_mq_q2\n" in table  # the paired comparisons, recomputed from results.jsonl
     # Rerun in the same dir: nothing recomputed, same summary.
     before = (out / RESULTS).read_bytes()
     again = run_stage(cfg, out)

@@ -151,7 +151,8 @@ def test_the_two_stage_evidence_cot_variant_end_to_end(tmp_path):
     assert md.startswith("**evidence CoT (labelled synthetic)")
     assert "| ifr_multi_hop_both (hops=3) |" in md
     assert "| niah_mq_q2 | cache: " in md and "| evidence_cot | 1 | 1 | 1 | 1 | 1 | 1.000 |" in md
-    assert "## Faithfulness by deletion set" in md and "RISE@all" in md
+    pairs = (vdir / "report" / "pairs.md").read_text()
+    assert "## Faithfulness by deletion set" in pairs and "RISE@all" in pairs
 
 
 def test_another_model_family_has_folders_of_its_own(tmp_path):

@@ -60,3 +60,9 @@ def write_job_folder(job: Path, config: dict, overrides: Iterable[str] = (), rec
     if summary is not None:
         (job / "summary.json").write_text(json.dumps(summary))
     return job
+
+
+def whole_report(written) -> str:
+    """``write_table1``'s table1.md text and the pairs.md beside it: the page a reader opens, then the rest."""
+    md_path, _, md = written
+    return md + (md_path.parent / "pairs.md").read_text(encoding="utf-8")

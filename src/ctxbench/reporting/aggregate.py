@@ -18,17 +18,22 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
-from ctxbench.reporting.controls import control_rows, controls_markdown, example_values, is_control, marks
+from ctxbench.reporting.controls import (MARK, control_rows, controls_markdown, example_values, is_control, marks,
+                                         verdict)
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
                                         source_markdown, source_rows, time_markdown, time_rows)
 from ctxbench.reporting.stats import StatsSettings
 from ctxbench.reporting.render import csv_text, markdown
-from ctxbench.reporting.results_table import (MinExamples, Table, direction, rows_from_cells, shown_metrics,
-                                              table1_means, table1_table, task_comparison_tables)
+from ctxbench.reporting.results_table import (MinExamples, Table, comparisons_table, direction, rows_from_cells,
+                                              shown_metrics, table1_means, table1_table, task_comparison_tables,
+                                              without_task_column)
 from ctxbench.results import RESULTS, is_attribution_job, jobs_below
 from ctxbench.reporting.tables import compare, run_summary, summarize
+
+# The headline table's columns (table1.md), by metric key: the rest of the figures are in pairs.md.
+HEADLINE_KEYS = ("RISE", "MAS", "recall", "lds", "drop@1", "drop@3", "drop@5")
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
 # (the parts' own such keys are declared neutral on their fields: ctxbench.part).
@@ -341,9 +346,11 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                  table: Optional[tuple] = None, caption: Optional[str] = None,
                  min_examples: int | MinExamples = 0,
                  samples: Iterable[str | Path] = ()) -> tuple[Path, Path, str]:
-    """``table1.md`` (``caption``, the Table-1 layout with intervals, where the targets came from, the recall budget,
-    the faithfulness orderings by deletion set, the paired comparisons, with ``paper`` the order of the methods
-    against the paper's Table 1, and the time each stage took), ``table1.csv`` (one row per dataset: means per
+    """``table1.md`` (``caption``; per task one table of the methods and controls over the headline metrics, RISE,
+    MAS, Recall, LDS and top-k drop, with intervals and the controls' marks, and its verdict; the controls check,
+    where the targets came from, the recall budget and the time each stage took), ``pairs.md`` (every figure, the
+    faithfulness orderings by deletion set, the paired comparisons and, with ``paper``, the order of the methods
+    against the paper's Table 1), ``pairs.csv`` (the comparisons), ``table1.csv`` (one row per dataset: means per
     method/metric) and ``table1.json`` (all of it). A cell scored on fewer than ``min_examples`` examples (its
     method's, ``MinExamples``) is not filled (the table says so); the caches in the ``samples`` folders that no run
     explained are listed with their funnels.
@@ -370,22 +377,42 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     def n_of(d):
         return task_n(cells, d, methods)
 
+    marked = marks(checks)
+    headline = [m for m in metrics if m.get("key") in HEADLINE_KEYS] or metrics
+    tasks = []
+    for d in datasets:
+        t = table1_layout([d], methods, headline, cells, least, n_of, view, marked)
+        tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), ""]
+    more = [m["label"] for m in metrics if m not in headline]
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
-                    f"Table 1 layout ({view} view; {direction(metrics)}; mean [{stats.level:.0%} bootstrap "
-                    f"interval]; bold: the best mean of the task)", "", *unfinished_lines(jobs),
-                    *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view, marks(checks)))
-                      if datasets else ["No task explained yet."]),
-                    *(["", *controls_markdown(checks, datasets, stats)] if datasets else []),
-                    "", *source_markdown(sources, least),
+                    f"Table 1 ({view} view; {direction(headline)}; mean [{stats.level:.0%} bootstrap interval]; bold: "
+                    f"the best mean of the task; {MARK}: a control at least as good as the task's best method, "
+                    f"docs/report.md#controls). Every figure{' (' + ', '.join(more) + ')' if more else ''}, the check "
+                    f"against the controls, the paired comparisons and the orderings by deletion set: "
+                    f"[pairs.md](pairs.md).", "",
+                    *unfinished_lines(jobs), *(tasks if datasets else ["No task explained yet.", ""]),
+                    *source_markdown(sources, least),
                     *(["", *budget_markdown(budgets)] if budgets else []),
-                    *(["", *deletion_set_markdown(by_set)] if by_set else []),
-                    *comparisons_markdown(comps, datasets, metrics, stats),
-                    *(["", *ordering_markdown(orderings)] if paper else []),
                     *(["", *time_markdown(times, sources)] if times else [])])
+    pairs = "\n".join([*([f"**{caption}**", ""] if caption else []),
+                       "The rest of [table1.md](table1.md): every figure, the check of each metric against the "
+                       "controls, the faithfulness orderings by deletion set, the paired comparisons"
+                       + (" and the order against the paper's Table 1" if paper else "")
+                       + " (pairs.csv: the comparisons, one per line).", "",
+                       "## Every figure", "", f"({view} view; {direction(metrics)}; mean [{stats.level:.0%} "
+                       f"bootstrap interval]; bold: the best mean of the task)", "",
+                       *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view, marked))
+                         if datasets else ["No task explained yet."]),
+                       *(["", *controls_markdown(checks, datasets, stats, verdicts=False)] if datasets else []),
+                       *(["", *deletion_set_markdown(by_set)] if by_set else []),
+                       *comparisons_markdown(comps, datasets, metrics, stats),
+                       *(["", *ordering_markdown(orderings)] if paper else [])])
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
     md_path.write_text(md + "\n", encoding="utf-8")
+    (out / "pairs.md").write_text(pairs + "\n", encoding="utf-8")
+    (out / "pairs.csv").write_text(csv_text(comparisons_table(comps)), encoding="utf-8", newline="")
     csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
                         encoding="utf-8", newline="")
     (out / "table1.json").write_text(json.dumps({

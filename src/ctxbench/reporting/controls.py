@@ -124,8 +124,9 @@ def verdict(task: str, rows: Sequence[Mapping[str, Any]]) -> str:
     return f"**{task}**: " + ("; ".join(parts) if parts else "no figure to judge") + "."
 
 
-def controls_markdown(rows: Sequence[Mapping[str, Any]], datasets: Sequence[str], stats: StatsSettings) -> list[str]:
-    """The report's section: what the controls are, the per-task x metric check, and the verdicts."""
+def controls_markdown(rows: Sequence[Mapping[str, Any]], datasets: Sequence[str], stats: StatsSettings,
+                      verdicts: bool = True) -> list[str]:
+    """The report's section: what the controls are, the per-task x metric check, and (``verdicts``) the verdicts."""
     if not any(r["controls"] for r in rows):
         return ["## Controls", "", "No control (copy_match, position, random) was scored in these runs: no figure "
                 "here can be told from what a method that reads no model gets (scripts/table1.sh, lane controls)."]
@@ -147,5 +148,6 @@ def controls_markdown(rows: Sequence[Mapping[str, Any]], datasets: Sequence[str]
         said = {True: "yes", False: "**no**", None: "not checked (no control on the same examples)"}[r["informative"]]
         lines.append(f"| {r['dataset']} | {r['metric']} | {r['best']} {_fig(r['best_mean'])} | "
                      f"{'–' if c is None else c['control'] + ' ' + _fig(c['mean'])} | {versus} | {below} | {said} |")
-    lines += ["", "Verdicts:", ""] + [f"- {verdict(d, rows)}" for d in datasets]
+    if verdicts:
+        lines += ["", "Verdicts:", ""] + [f"- {verdict(d, rows)}" for d in datasets]
     return lines

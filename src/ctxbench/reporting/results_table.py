@@ -360,3 +360,23 @@ def table1_means(rows: Sequence[ResultRow], datasets: Sequence[str], methods: Se
         means = [by_key.get((d, me, m)) for me in methods for m in labels]
         body.append(_row(d, str(n_of(d)), *["" if r is None or r.mean is None else str(r.mean) for r in means]))
     return Table(("dataset", "n", *[f"{me}/{m}" for me in methods for m in labels]), tuple(body))
+
+
+def without_task_column(table: Table) -> Table:
+    """A one-task Table-1 layout without its task column (the task is the table's heading)."""
+    return Table(table.columns[1:], tuple(Row(r.cells[1:], r.starts_group) for r in table.rows), headers=1,
+                 title=table.title)
+
+
+COMPARISON_FIELDS = ("dataset", "label", "a", "b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value",
+                     "significant", "better")
+
+
+def comparisons_table(comparisons: Sequence[Mapping[str, Any]]) -> Table:
+    """``pairs.csv``: one paired comparison a row (the report's rows of ``stats.paired_comparison``), unrounded;
+    ``better`` names the method."""
+    body = []
+    for c in comparisons:
+        values = {**c, "better": c[c["better"]] if c.get("better") in ("a", "b") else ""}
+        body.append(_row(*["" if values.get(k) is None else str(values.get(k)) for k in COMPARISON_FIELDS]))
+    return Table(COMPARISON_FIELDS, tuple(body))
