@@ -322,6 +322,44 @@ def test_page_in_chromium(tmp_path):
     assert requests and all(u.startswith(("file:", "data:")) for u in requests), requests
 
 
+def test_report_page_figures_in_chromium(tmp_path):
+    """The report's per-task charts (reporting.figures, PNG beside table1.md) are inlined in report.html and every one
+    renders in a real browser, with no console error."""
+    from playwright.sync_api import sync_playwright
+
+    from ctxbench.reporting.aggregate import JobRun
+    from ctxbench.reporting.controls import is_control
+    from ctxbench.reporting.figures import interval_chart
+    from ctxbench.reporting.results_table import MinExamples
+
+    jobs = [JobRun(make_job(tmp_path / "niah_a"), {"dataset": {"name": "niah_a"}}, [], json.loads(
+        (tmp_path / "niah_a" / "summary.json").read_text()))]
+    metrics = [{"key": "recall", "label": "Recall@10%", "higher_is_better": True},
+               {"key": "lds", "label": "LDS", "higher_is_better": True}]
+    fig = {"mean": 0.5, "n": 3, "ci_low": 0.4, "ci_high": 0.6}
+    cells = {("niah_a", m): {"method": m, "runs_n": {3}, "stats": {"Recall@10%": fig, "LDS": fig}}
+             for m in ("m1", "copy_match")}
+    chart = interval_chart("niah_a", ["m1", "copy_match"], metrics, cells, MinExamples(0),
+                           tmp_path / "report" / "figures", is_control)
+    assert chart == tmp_path / "report" / "figures" / "niah_a.png" and chart.stat().st_size > 1000
+    assert interval_chart("niah_b", ["m1"], metrics, cells, MinExamples(0), tmp_path / "report" / "figures",
+                          is_control) is None  # no figure of that task: no chart
+    path = write_report_html(jobs, (["niah_a"], ["m1", "copy_match"], metrics, cells), tmp_path / "report", 0)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            tab = browser.new_page()
+            problems = []
+            tab.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            tab.on("pageerror", lambda e: problems.append(str(e)))
+            tab.goto(path.as_uri())
+            tab.wait_for_load_state("load")
+            widths = tab.eval_on_selector_all("figure.chart img", "els => els.map(e => e.naturalWidth)")
+        finally:
+            browser.close()
+    assert len(widths) == 1 and widths[0] > 100 and problems == []
+
+
 # --- through the stages --------------------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
 from ctxbench.reporting.controls import (MARK, control_rows, controls_markdown, example_values, is_control, marks,
                                          verdict)
+from ctxbench.reporting.figures import interval_chart
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
@@ -31,6 +32,8 @@ from ctxbench.reporting.results_table import (MinExamples, Table, comparisons_ta
                                               without_task_column)
 from ctxbench.results import RESULTS, is_attribution_job, jobs_below
 from ctxbench.reporting.tables import compare, run_summary, summarize
+
+FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures), inlined in report.html
 
 # The headline table's columns (table1.md), by metric key: the rest of the figures are in pairs.md.
 HEADLINE_KEYS = ("RISE", "MAS", "recall", "lds", "drop@1", "drop@3", "drop@5")
@@ -380,9 +383,12 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     marked = marks(checks)
     headline = [m for m in metrics if m.get("key") in HEADLINE_KEYS] or metrics
     tasks = []
+    out = Path(output_dir)
     for d in datasets:
         t = table1_layout([d], methods, headline, cells, least, n_of, view, marked)
-        tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), ""]
+        chart = interval_chart(d, methods, headline, cells, least, out / FIGURES, is_control)
+        tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), "",
+                  *([f"![{d}: mean and interval per method]({FIGURES}/{chart.name})", ""] if chart else [])]
     more = [m["label"] for m in metrics if m not in headline]
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 ({view} view; {direction(headline)}; mean [{stats.level:.0%} bootstrap interval]; bold: "
@@ -407,7 +413,6 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                        *(["", *deletion_set_markdown(by_set)] if by_set else []),
                        *comparisons_markdown(comps, datasets, metrics, stats),
                        *(["", *ordering_markdown(orderings)] if paper else [])])
-    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
     md_path.write_text(md + "\n", encoding="utf-8")

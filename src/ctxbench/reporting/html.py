@@ -22,7 +22,7 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.reporting import heatmap
-from ctxbench.reporting.aggregate import table1_layout, unfinished_note
+from ctxbench.reporting.aggregate import FIGURES, table1_layout, unfinished_note
 from ctxbench.reporting.controls import marks
 from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_positions, top_tokens
 from ctxbench.reporting.render import render_page
@@ -176,9 +176,10 @@ def job_body(job_dir: Path, summary: dict[str, Any], examples: int, prefix: str)
 
 
 def page(title: str, jobs: list[dict[str, Any]], data: dict[str, Any], caption: Optional[str] = None,
-         table1: Optional[Table] = None) -> str:
-    """``report.html`` from ``resources/templates/report.html.j2``."""
+         table1: Optional[Table] = None, charts: Sequence[dict[str, str]] = ()) -> str:
+    """``report.html`` from ``resources/templates/report.html.j2`` (``charts``: the report's figures, ``figures``)."""
     return render_page("report.html.j2", title=title, caption=caption, table1=table1, jobs=jobs, data=data,
+                       charts=list(charts),
                        colours=heatmap.colours(), top_k=TOP_K, max_tokens=MAX_TOKENS, window=WINDOW)
 
 
@@ -204,5 +205,6 @@ def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples
     saved = Path(output_dir) / "table1.json"
     checks = (json.loads(saved.read_text(encoding="utf-8")).get("controls") or []) if saved.exists() else []
     layout = table1_layout(*table, min_examples, marked=marks(checks))
+    charts = figures(Path(output_dir) / FIGURES)  # one per task, written beside table1.md
     return atomic_write_text(Path(output_dir) / PAGE, page(f"ctxbench report: {len(jobs)} runs", sections, data,
-                                                           caption, layout))
+                                                           caption, layout, charts))
