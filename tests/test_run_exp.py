@@ -127,3 +127,19 @@ def test_a_mode_from_outside_the_library(tmp_path):
 
     _, _, table = write_table1(find_jobs([out]), tmp_path / "report")
     assert "| task (N) | method | mass x100 |" in table and "ifr_multi_hop |" in table
+
+
+def test_a_second_run_of_a_job_still_loading_is_refused_before_it_changes_the_folder(tmp_path):
+    """The first run holds its results file's lock from its start (before its model loads, before any line): a second
+    run of the same folder is refused then, with nothing of the folder changed."""
+    from ctxbench.locks import hold, let_go
+
+    out = tmp_path / "job"
+    out.mkdir()
+    first = hold(out / RESULTS)
+    try:
+        with pytest.raises(DataError, match="another process is writing this job"):
+            run_stage(run_cfg(tmp_path, "dataset.num_samples=1", "attribution=[copy_match]", "mode=recovery"), out)
+        assert sorted(p.name for p in out.iterdir()) == [f"{RESULTS}.lock"]
+    finally:
+        let_go(first)

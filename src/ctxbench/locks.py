@@ -77,3 +77,16 @@ def let_go(lock: Optional[FileLock]) -> None:
     with suppress(FileNotFoundError):
         os.unlink(lock.lock_file)
     lock.release()
+
+
+def held_elsewhere(target: str | Path) -> bool:
+    """Whether another writer holds ``<target>.lock`` now (checked without waiting, and without leaving a lock file
+    where there was none): a job can refuse a folder another job is writing before it changes anything there."""
+    if not lock_path(target).exists():
+        return False
+    try:
+        lock = hold(target)
+    except Timeout:
+        return True
+    let_go(lock)
+    return False

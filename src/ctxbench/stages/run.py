@@ -25,6 +25,7 @@ from ctxbench.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
 from ctxbench.files import safe_filename
 from ctxbench.jsonl import AppendOnlyJsonl
+from ctxbench.locks import held_elsewhere
 from ctxbench.metrics.scorer import build_scorers
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
@@ -111,6 +112,9 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     # The results already in the folder are checked against this run's settings (and locked against a second
     # writer) before the model loads and before anything of the folder changes: a refused rerun leaves it as it was.
     stored = open_results(results_path, fingerprints) if results_path.exists() else None
+    if stored is None and held_elsewhere(results_path):  # a job of this folder still loading, no line written yet
+        raise DataError("another process is writing this job (the same job running twice?); wait for it to end or "
+                        "stop it, then rerun to resume", file=results_path)
     try:
         accept_job()
         write_run_manifest(output_dir, to_plain(cfg), stage="run_exp", root=paths.root, source=source,
@@ -123,6 +127,8 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
             if stored is not None:
                 stored.close()
             return {"dry_run": True, "examples": len(examples)}
+        if stored is None:  # held from now on, while the model loads: a second run of this job is refused up front
+            stored = open_results(results_path, fingerprints)
         model_free = not any(p.needs_model for p in (*methods.values(), *scorers.values()))
         if model_free:
             model = None
@@ -140,7 +146,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         scorer.use_job_dir(output_dir)
 
     refused, refused_ids = [], []
-    with stored if stored is not None else open_results(results_path, fingerprints) as results:
+    with stored as results:
         on_interrupt(lambda: _kept(results, examples, list(methods), results_path))
         todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
         todo = {k: v for k, v in todo.items() if v}
