@@ -329,7 +329,7 @@ def test_report_page_figures_in_chromium(tmp_path):
 
     from ctxbench.reporting.aggregate import JobRun
     from ctxbench.reporting.controls import is_control
-    from ctxbench.reporting.figures import interval_chart
+    from ctxbench.reporting.figures import deletion_set_chart, interval_chart
     from ctxbench.reporting.results_table import MinExamples
 
     jobs = [JobRun(make_job(tmp_path / "niah_a"), {"dataset": {"name": "niah_a"}}, [], json.loads(
@@ -344,6 +344,11 @@ def test_report_page_figures_in_chromium(tmp_path):
     assert chart == tmp_path / "report" / "figures" / "niah_a.png" and chart.stat().st_size > 1000
     assert interval_chart("niah_b", ["m1"], metrics, cells, MinExamples(0), tmp_path / "report" / "figures",
                           is_control) is None  # no figure of that task: no chart
+    # the slope chart of the faithfulness order by deletion set: only where a common set was scored
+    assert deletion_set_chart("niah_a", ["m1", "copy_match"], cells, tmp_path / "report" / "figures") is None
+    sets = {("niah_a", "m1"): {"RISE": 0.1, "RISE@all": 0.5, "RISE@nonstop": 0.1},
+            ("niah_a", "m2"): {"RISE": 0.3, "RISE@all": 0.2, "RISE@nonstop": 0.2}}
+    assert deletion_set_chart("niah_a", ["m1", "m2"], sets, tmp_path / "report" / "figures").name == "niah_a.sets.png"
     path = write_report_html(jobs, (["niah_a"], ["m1", "copy_match"], metrics, cells), tmp_path / "report", 0)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
@@ -357,7 +362,7 @@ def test_report_page_figures_in_chromium(tmp_path):
             widths = tab.eval_on_selector_all("figure.chart img", "els => els.map(e => e.naturalWidth)")
         finally:
             browser.close()
-    assert len(widths) == 1 and widths[0] > 100 and problems == []
+    assert len(widths) == 2 and min(widths) > 100 and problems == []
 
 
 # --- through the stages --------------------------------------------------------------------------------------------

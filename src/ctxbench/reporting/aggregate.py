@@ -20,7 +20,7 @@ from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
 from ctxbench.reporting.controls import (MARK, control_rows, controls_markdown, example_values, is_control, marks,
                                          verdict)
-from ctxbench.reporting.figures import interval_chart
+from ctxbench.reporting.figures import deletion_set_chart, interval_chart
 from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
 from ctxbench.reporting.run_outputs import run_setting
 from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
@@ -390,6 +390,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
         tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), "",
                   *([f"![{d}: mean and interval per method]({FIGURES}/{chart.name})", ""] if chart else [])]
     more = [m["label"] for m in metrics if m not in headline]
+    set_charts = [f"![{p.stem}: ranks by deletion set]({FIGURES}/{p.name})" for p in
+                  (deletion_set_chart(d, methods, ranked, out / FIGURES) for d in datasets) if p is not None]
     md = "\n".join([*([f"**{caption}**", ""] if caption else []),
                     f"Table 1 ({view} view; {direction(headline)}; mean [{stats.level:.0%} bootstrap interval]; bold: "
                     f"the best mean of the task; {MARK}: a control at least as good as the task's best method, "
@@ -410,7 +412,7 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
                        *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view, marked))
                          if datasets else ["No task explained yet."]),
                        *(["", *controls_markdown(checks, datasets, stats, verdicts=False)] if datasets else []),
-                       *(["", *deletion_set_markdown(by_set)] if by_set else []),
+                       *(["", *deletion_set_markdown(by_set), "", *set_charts] if by_set else []),
                        *comparisons_markdown(comps, datasets, metrics, stats),
                        *(["", *ordering_markdown(orderings)] if paper else [])])
     out.mkdir(parents=True, exist_ok=True)

@@ -58,3 +58,50 @@ def interval_chart(task: str, methods: Sequence[str], metrics: Sequence[Mapping[
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def deletion_set_chart(task: str, methods: Sequence[str], cells: Mapping[tuple[str, str], dict], folder: Path,
+                       sets: Sequence[str] = ("all", "nonstop")) -> Optional[Path]:
+    """``<folder>/<task>.sets.png``: for RISE and MAS, each method's rank (1 = best, the lowest) under the paper's
+    mixed deletion sets and under each common set, joined by a line (a slope chart: a crossing is an order that
+    depends on the set); the methods with a figure under every set drawn. None when no common set was scored."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ctxbench.metrics.faithfulness import COMMON_METRICS, common_key
+
+    panels = []
+    for metric in COMMON_METRICS:
+        columns = [("mixed", metric)] + [(c, common_key(metric, c)) for c in sets]
+        values = {me: [cells.get((task, me), {}).get(label) for _, label in columns] for me in methods}
+        values = {me: v for me, v in values.items() if all(x is not None for x in v)}
+        if len(values) >= 2:
+            ranks = {me: [1 + sorted(x[i] for x in values.values()).index(v[i]) for i in range(len(columns))]
+                     for me, v in values.items()}
+            panels.append((metric, [name for name, _ in columns], ranks))
+    if not panels:
+        return None
+    n = max(len(r) for _, _, r in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 1.0 + 0.32 * n), dpi=110, squeeze=False)
+    for ax, (metric, names, ranks) in zip(axes[0], panels):
+        for k, (me, r) in enumerate(ranks.items()):
+            ax.plot(range(len(names)), r, marker="o", color=f"C{k % 10}", linewidth=1.5)
+            ax.annotate(me, (0, r[0]), xytext=(-6, 0), textcoords="offset points", ha="right", va="center",
+                        fontsize=7)
+            ax.annotate(me, (len(names) - 1, r[-1]), xytext=(6, 0), textcoords="offset points", va="center",
+                        fontsize=7)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(["mixed\n(paper's)"] + [f"common\n{c}" for c in names[1:]], fontsize=7)
+        ax.set_yticks([])
+        ax.set_ylim(len(ranks) + 0.5, 0.5)  # rank 1 on top
+        ax.set_xlim(-1.9, len(names) - 1 + 1.9)
+        ax.set_title(f"{metric}: rank by deletion set (1 = best)", fontsize=8)
+    fig.suptitle(f"{task}: the faithfulness order under each deletion set", fontsize=8)
+    fig.tight_layout()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{safe_filename(task)}.sets.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
