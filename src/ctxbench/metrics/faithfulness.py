@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional, Protocol, Sequenc
 import numpy as np
 import torch
 
+from ctxbench.files import safe_filename
 from ctxbench.attribution.base import stop_mask
 from ctxbench.attribution.memory import Need, scoring_passes
 from ctxbench.batching import run_in_batches
@@ -421,9 +422,10 @@ def mean_deletion_curves(records: Iterable[dict[str, Any]], views: list[str],
 
 
 def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path,
-                         field: str = "faithfulness") -> list[Path]:
+                         field: str = "faithfulness", task: str = "") -> list[Path]:
     """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks
-    (the ``curve`` of each view in the records' ``field``)."""
+    (the ``curve`` of each view in the records' ``field``); ``task``: the report's one-task figure,
+    ``<task>.deletion_curve_<view>.png``, titled by the task."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -439,12 +441,13 @@ def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], ou
             ax.plot(GRID, mean, marker="o", markersize=2.5, label=f"{method} (n={n})")
         ax.set_xlabel("fraction of deletion steps (most attributed first)")
         ax.set_ylabel("normalised log p(target)")
-        ax.set_title(f"Deletion curve, {VIEW_LABELS[v]} view (lower area = more faithful)")
+        ax.set_title(f"{task + ': ' if task else ''}deletion curve, {VIEW_LABELS[v]} view (lower area = more "
+                     f"faithful)", fontsize=9 if task else None)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = Path(output_dir) / f"deletion_curve_{v}.png"
+        path = Path(output_dir) / f"{safe_filename(task) + '.' if task else ''}deletion_curve_{v}.png"
         fig.savefig(path)
         plt.close(fig)
         written.append(path)

@@ -16,6 +16,7 @@ import yaml
 
 from ctxbench.errors import ConfigError, DataError
 from ctxbench.jsonl import iter_jsonl
+from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.part import without_neutral
 from ctxbench.reporting.controls import (MARK, control_rows, controls_markdown, example_values, is_control, marks,
@@ -387,6 +388,8 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     for d in datasets:
         t = table1_layout([d], methods, headline, cells, least, n_of, view, marked)
         chart = interval_chart(d, methods, headline, cells, least, out / FIGURES, is_control)
+        if d in pooled:  # the task's mean deletion curve per method, over every run's records (report.html)
+            deletion_curve_plots(pooled[d][0], [view], out / FIGURES, task=d)
         tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), "",
                   *([f"![{d}: mean and interval per method]({FIGURES}/{chart.name})", ""] if chart else [])]
     more = [m["label"] for m in metrics if m not in headline]
