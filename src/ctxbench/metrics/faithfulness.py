@@ -448,6 +448,7 @@ def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], ou
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = Path(output_dir) / f"{safe_filename(task) + '.' if task else ''}deletion_curve_{v}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)
         plt.close(fig)
         written.append(path)
