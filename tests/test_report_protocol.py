@@ -232,15 +232,17 @@ def test_families_side_by_side_say_which_orderings_hold(tmp_path):
     assert json.loads((tmp_path / "gemma" / "table1.json").read_text())["models"] == ["gemma3-270m"]
     cfg = OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol"), str(tmp_path / "gemma")]})
     out = report_stage(cfg, tmp_path / "out")
-    md = (tmp_path / "out" / "families.md").read_text()
+    head = (tmp_path / "out" / "families.md").read_text()
     assert out == {"families": str(tmp_path / "out" / "families.md")}
+    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 | 3 |" in head and "[pairs.md](pairs.md)" in head  # the verdicts first
+    md = (tmp_path / "out" / "pairs.md").read_text()  # every pair, model by model
     assert "| metric | pair | smollm2-135m | gemma3-270m | across models |" in md
     # FlashTrace first in both (significant in the second, 6 pairs: Wilcoxon p = 0.031; 3 pairs cannot be)
     assert "| RISE | attention vs ifr_multi_hop_both | ifr_multi_hop_both (n=3) | ifr_multi_hop_both* (n=6) | holds |" \
         in md
     assert ("| RISE | attention vs ifr_all_positions | ifr_all_positions (n=3) | attention* (n=6) | reversed "
             "(significant in gemma3-270m) |") in md
-    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 | 3 |" in md  # the smaller report's 3 paired examples
+    assert "| niah_mq_q2 | RISE | 2 of 3 | 0 | 3 |" not in md  # the summary is families.md's (3: the smaller report's)
     with pytest.raises(ValueError, match="families: .*two or more"):
         report_stage(OmegaConf.create({"runs": [], "families": [str(tmp_path / "smol")]}), tmp_path / "one")
 
@@ -260,7 +262,7 @@ def test_families_name_a_task_one_model_explained_no_example_of():
              "sources": [{"dataset": "niah_mq_q2", "funnel": {"processed": 20, "kept": 0}},
                          {"dataset": "vt_h2_c3", "funnel": {"processed": 20, "kept": 0}}],
              "comparisons": []}
-    md = families_markdown([("s/report", smol), ("g/report", gemma)])
+    md = "".join(families_markdown([("s/report", smol), ("g/report", gemma)]))
     assert ("## niah_mq_q2\n\nNot compared: gemma3-270m explained no example of this task (its sampling stage kept 0 "
             "of the 20 rows it tried).") in md
     assert ("## vt_h2_c3\n\nNot compared: smollm2-135m explained no example of this task (its sampling stage kept 0 "
@@ -269,10 +271,10 @@ def test_families_name_a_task_one_model_explained_no_example_of():
     assert "| niah_mq_q2 | – | not compared | – | – |" in md and "| vt_h2_c3 | – | not compared | – | – |" in md
     assert "| metric | pair |" not in md
     # both scored the task, but no pair of methods was compared in both: said, not an empty table
-    md = families_markdown([("s/report", smol), ("g/report", {**gemma, "datasets": ["niah_mq_q2"]})])
+    md = "".join(families_markdown([("s/report", smol), ("g/report", {**gemma, "datasets": ["niah_mq_q2"]})]))
     assert "## niah_mq_q2\n\nNot compared: no pair of methods has a paired comparison in every model." in md
     # a task with no source in one report (a run never made there)
-    md = families_markdown([("s/report", smol), ("g/report", {**gemma, "sources": []})])
+    md = "".join(families_markdown([("s/report", smol), ("g/report", {**gemma, "sources": []})]))
     assert "Not compared: gemma3-270m has no run of this task." in md
 
 

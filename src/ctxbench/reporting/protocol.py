@@ -344,27 +344,30 @@ def _why_not_scored(t: dict, task: str) -> str:
            f"{counts['processed']} rows it tried)"
 
 
-def families_markdown(reports: list[tuple[str, dict]]) -> str:
-    """Two or more Table-1 reports of one variant made with different models (``(folder, table1.json)``): per task
-    and metric, every pair of methods both reports compared (their paired comparisons, on the examples both methods
-    scored), which method is better in each and whether the difference is significant there, and whether the order
-    holds in every model. A task some model scored no example of is named with the reason (its sampling funnel),
-    so a variant one model cannot answer reads as such, not as an empty page."""
+def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
+    """Two or more Table-1 reports of one variant made with different models (``(folder, table1.json)``):
+    ``(families.md, pairs.md)``. The first: per task and metric, how many method pairs every model puts in the same
+    order (and of them significant in every model), the fewest examples behind a verdict, and the tasks not compared
+    with the reason (a task some model scored no example of: its sampling funnel, so a variant one model cannot
+    answer reads as such, not as an empty page). The second: every pair of methods both reports compared (their
+    paired comparisons, on the examples both methods scored), which method is better in each and whether the
+    difference is significant there, and whether the order holds in every model."""
     names = [_family_name(d, t) for d, t in reports]
     tasks = list(dict.fromkeys(task for _, t in reports for task in _task_names(t)))
-    lines = ["# Table 1 across model families: which orderings hold in every model", "",
+    lines = ["# Table 1 across model families: the method pairs, one by one", "",
              "Each report's paired comparisons (mean difference on the examples both methods scored, bootstrap "
              "interval and Wilcoxon test: docs/metrics.md#statistics), method pair by method pair: the better method "
              "in each model, `*` where the difference is significant there, and on how many examples. `holds` when "
              "every model puts the pair in the same order, `reversed` when not. Sources: "
              + "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
              + "."]
-    summary = []
+    summary, absent_notes = [], []
     for task in tasks:
         lines += ["", f"## {task}", ""]
         absent = [f"{n} {_why_not_scored(t, task)}" for n, (_, t) in zip(names, reports) if task not in t["datasets"]]
         if absent:
             lines.append("Not compared: " + "; ".join(absent) + ".")
+            absent_notes.append(f"- {task}: not compared: " + "; ".join(absent) + ".")
             summary.append(f"| {task} | – | not compared | – | – |")
             continue
         rows = []
@@ -392,9 +395,17 @@ def families_markdown(reports: list[tuple[str, dict]]) -> str:
         else:
             lines.append("Not compared: no pair of methods has a paired comparison in every model.")
     # the fewest examples column: a verdict on one or two examples reads "holds" like one on twenty
-    lines += ["", "## Summary", "", "| task | metric | pairs in the same order in every model | of them significant "
-              "in every model | fewest examples behind a verdict |", "|---|---|---|---|---|", *summary]
-    return "\n".join(lines) + "\n"
+    head = ["# Table 1 across model families: which orderings hold in every model", "",
+            "Per task and metric, of the method pairs every model's report compared (paired comparisons on the "
+            "examples both methods scored: docs/metrics.md#statistics), how many every model puts in the same order, "
+            "how many "
+            "of those are significant in every model, and the fewest examples behind a verdict. Sources: "
+            + "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
+            + ". Every pair, model by model: [pairs.md](pairs.md).", "",
+            "| task | metric | pairs in the same order in every model | of them significant in every model | fewest "
+            "examples behind a verdict |", "|---|---|---|---|---|", *summary, *([""] + absent_notes if absent_notes
+                                                                             else [])]
+    return "\n".join(head) + "\n", "\n".join(lines) + "\n"
 
 
 # --- time per stage -------------------------------------------------------------------------------------------------

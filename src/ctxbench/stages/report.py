@@ -75,12 +75,15 @@ def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
 
 
 def write_families(report_dirs: list[str], output_dir: str | Path) -> Path:
-    """``families.md``: the Table-1 reports of one variant made with different models, their orderings compared."""
+    """``families.md``: the Table-1 reports of one variant made with different models, their orderings compared (per
+    task and metric; every pair in ``pairs.md`` beside it)."""
     if len(report_dirs) < 2:
         raise ConfigError(f"families: {report_dirs}: name two or more report folders to compare")
     out = Path(output_dir) / "families.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(families_markdown(_reports(report_dirs)), encoding="utf-8")
+    headline, pairs = families_markdown(_reports(report_dirs))
+    out.write_text(headline, encoding="utf-8")
+    (out.parent / "pairs.md").write_text(pairs, encoding="utf-8")
     return out
 
 
