@@ -28,3 +28,27 @@ def test_a_dry_run_sweep_checks_every_job_and_lists_the_refused(tmp_path):
     assert "0_dataset-jsonl" in errors[0] and "dataset.path: no value given" in errors[0]
     assert "1_dataset-morehopqa" in errors[1] and "no example has a target to explain" in errors[1]
     assert errors[2].startswith("error: dry run: 2 jobs of the sweep refused: outputs/multirun/run_exp/")
+
+
+def _cache_rows(path, ids):
+    import json
+
+    rows = [{"prompt": f"p{i}", "target": "think\nans", "indices_to_explain": [2, 3], "attr_mask_indices": [0],
+             "sink_span": [2, 3], "thinking_span": [0, 1], "metadata": {"id": i}} for i in ids]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("option, ids, tail", [
+    ("cached", ["a", "b", "a"], ":3: field 'metadata.id': example id 'a' again (first at line 1); ids must be unique"),
+    ("jsonl", ["a"], ":1: field 'input': missing field (a RULER row has input and outputs); this line is a "
+                     "CachedExample (prompt, target): read such a cache with dataset=cached dataset.path=<file>"),
+])
+def test_a_cache_file_that_cannot_be_read_is_one_line(tmp_path, option, ids, tail):
+    from helpers.paths import CACHE_DIR
+
+    cache = _cache_rows(tmp_path / "c.jsonl", ids)
+    out = run_script("run_exp.py", f"dataset={option}", f"dataset.path={cache}", "dataset.name=c", "dry_run=true",
+                     f"paths.model_cache_dir={CACHE_DIR}", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == f"error: {cache}{tail}" and "Traceback" not in out.stderr
