@@ -51,13 +51,8 @@ def interval_chart(task: str, methods: Sequence[str], metrics: Sequence[Mapping[
     axes[0][0].set_yticks([at[me] for me in shown])
     axes[0][0].set_yticklabels(shown, fontsize=7)
     axes[0][0].set_ylim(-0.7, len(shown) - 0.3)
-    fig.suptitle(f"{task}: mean and 95% interval per method (grey squares: controls)", fontsize=8)
-    fig.tight_layout()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{safe_filename(task)}.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, f"{task}: mean and 95% interval per method (grey squares: controls)",
+                 folder / f"{safe_filename(task)}.png")
 
 
 def deletion_set_chart(task: str, methods: Sequence[str], cells: Mapping[tuple[str, str], dict], folder: Path,
@@ -98,10 +93,16 @@ def deletion_set_chart(task: str, methods: Sequence[str], cells: Mapping[tuple[s
         ax.set_ylim(len(ranks) + 0.5, 0.5)  # rank 1 on top
         ax.set_xlim(-1.9, len(names) - 1 + 1.9)
         ax.set_title(f"{metric}: rank by deletion set (1 = best)", fontsize=8)
-    fig.suptitle(f"{task}: the faithfulness order under each deletion set", fontsize=8)
+    return _save(fig, f"{task}: the faithfulness order under each deletion set",
+                 folder / f"{safe_filename(task)}.sets.png")
+
+
+def _save(fig, title: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{safe_filename(task)}.sets.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -354,13 +354,12 @@ def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
     difference is significant there, and whether the order holds in every model."""
     names = [_family_name(d, t) for d, t in reports]
     tasks = list(dict.fromkeys(task for _, t in reports for task in _task_names(t)))
+    sources = "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
     lines = ["# Table 1 across model families: the method pairs, one by one", "",
              "Each report's paired comparisons (mean difference on the examples both methods scored, bootstrap "
              "interval and Wilcoxon test: docs/metrics.md#statistics), method pair by method pair: the better method "
              "in each model, `*` where the difference is significant there, and on how many examples. `holds` when "
-             "every model puts the pair in the same order, `reversed` when not. Sources: "
-             + "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
-             + "."]
+             f"every model puts the pair in the same order, `reversed` when not. Sources: {sources}."]
     summary, absent_notes = [], []
     for task in tasks:
         lines += ["", f"## {task}", ""]
@@ -399,9 +398,8 @@ def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
             "Per task and metric, of the method pairs every model's report compared (paired comparisons on the "
             "examples both methods scored: docs/metrics.md#statistics), how many every model puts in the same order, "
             "how many "
-            "of those are significant in every model, and the fewest examples behind a verdict. Sources: "
-            + "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
-            + ". Every pair, model by model: [pairs.md](pairs.md).", "",
+            f"of those are significant in every model, and the fewest examples behind a verdict. Sources: {sources}. "
+            "Every pair, model by model: [pairs.md](pairs.md).", "",
             "| task | metric | pairs in the same order in every model | of them significant in every model | fewest "
             "examples behind a verdict |", "|---|---|---|---|---|", *summary, *([""] + absent_notes if absent_notes
                                                                              else [])]
