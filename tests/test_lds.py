@@ -87,7 +87,7 @@ def test_lds_and_topk_against_brute_force_deletions(llama, tmp_path):
             assert got["topk"][view][f"drop@{k}"] == pytest.approx(want, rel=1e-5, abs=1e-5)
         assert got["topk"][view]["drop@5"] is None
     # the ablations are kept on disk: a rerun (a fresh store on the same folder) runs no forward pass
-    source_ablation._STORES.clear()
+    source_ablation._STORE = None  # a rerun: a fresh process
     again_lds, again_tk = LDSScorer(n_masks=12, seed=3), TopKDropScorer(ks=[1, 2, 5])
     for sc in (again_lds, again_tk):
         sc.use_job_dir(tmp_path)

@@ -156,13 +156,14 @@ class AblationScorer(Scorer):
         return ablation_passes(shape, T, G, int(self.batch_size), padded=True)
 
 
-# The store of the job under way: lds and topk share it (set by the stage through Scorer.use_job_dir).
-_STORES: dict[Optional[Path], AblationStore] = {}
+# The store of the job under way: lds and topk share it (set by the stage through Scorer.use_job_dir); one job at a
+# time, since the last example of another job is of no use.
+_STORE: Optional[AblationStore] = None
 
 
 def store_for(folder: Optional[Path]) -> AblationStore:
+    global _STORE
     key = None if folder is None else Path(folder).resolve()
-    if key not in _STORES:
-        _STORES.clear()  # one job at a time: the last example of another job is of no use
-        _STORES[key] = AblationStore(key)
-    return _STORES[key]
+    if _STORE is None or _STORE.folder != key:
+        _STORE = AblationStore(key)
+    return _STORE

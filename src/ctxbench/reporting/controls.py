@@ -52,16 +52,9 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
         for m in metrics:
             label, up = m["label"], m["higher_is_better"]
 
-            def ranked(me: str) -> Optional[float]:
-                c = cells.get((d, me))
-                st = (c or {}).get("stats", {}).get(label) or {}
-                if c is None or st.get("mean") is None or least.too_few(c["method"], st.get("n") or 0):
-                    return None
-                return st["mean"]
-
-            scored = [(me, ranked(me)) for me in methods if ranked(me) is not None]
-            best = [(me, x) for me, x in scored if not is_control(me)]
-            controls = [me for me, _ in scored if is_control(me)]
+            means = {me: st["mean"] for me in methods if (st := least.ranked(cells.get((d, me)), label)) is not None}
+            best = [(me, x) for me, x in means.items() if not is_control(me)]
+            controls = [me for me in means if is_control(me)]
             row = {"dataset": d, "metric": label, "higher_is_better": up, "best": None, "best_mean": None,
                    "controls": [], "control": None, "informative": None, "beaten": [], "methods": len(best)}
             if best:
@@ -74,7 +67,7 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
                     continue  # no example both scored (or no results.jsonl): nothing to test
                 # at least as good: the test does not find the best method better than the control
                 beaten = comp["significant"] and comp["better"] == "b"
-                row["controls"].append({"control": c, "mean": ranked(c), "n": comp["n"], "diff": comp["diff"],
+                row["controls"].append({"control": c, "mean": means[c], "n": comp["n"], "diff": comp["diff"],
                                         "p_value": comp["p_value"], "at_least_as_good": not beaten})
             if row["controls"]:
                 # the strongest control: one at least as good if any, else the closest by mean

@@ -23,13 +23,8 @@ def interval_chart(task: str, methods: Sequence[str], metrics: Sequence[Mapping[
 
     panels = []
     for m in metrics:
-        rows = {}
-        for me in methods:
-            c = cells.get((task, me))
-            st = (c or {}).get("stats", {}).get(m["label"]) or {}
-            if c is None or st.get("mean") is None or least.too_few(c["method"], st.get("n") or 0):
-                continue
-            rows[me] = (st["mean"], st.get("ci_low"), st.get("ci_high"))
+        rows = {me: (st["mean"], st.get("ci_low"), st.get("ci_high")) for me in methods
+                if (st := least.ranked(cells.get((task, me)), m["label"])) is not None}
         if rows:
             panels.append((m, rows))
     if not panels:

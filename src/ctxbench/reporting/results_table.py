@@ -195,6 +195,14 @@ class MinExamples:
         """Whether a figure of ``method`` on ``n`` examples is left unfilled ("too few (n)") and unranked."""
         return n < self(method)
 
+    def ranked(self, cell: Optional[Mapping[str, Any]], label: str) -> Optional[Mapping[str, Any]]:
+        """A report cell's figures of ``label`` (mean, interval, n) when the report ranks them: a mean on at least its
+        method's minimum of examples; else None."""
+        st = (cell or {}).get("stats", {}).get(label) or {}
+        if cell is None or st.get("mean") is None or self.too_few(cell["method"], st.get("n") or 0):
+            return None
+        return st
+
     @staticmethod
     def of_value(value: Union[int, "MinExamples"]) -> "MinExamples":
         return value if isinstance(value, MinExamples) else MinExamples(int(value))
