@@ -77,7 +77,8 @@ def test_the_run_fingerprint_ignores_neutral_fields_only():
 
 
 def test_the_reports_check_lets_neutral_fields_differ():
-    from ctxbench.reporting.aggregate import JobRun, check_consistent
+    from ctxbench.reporting.aggregate import check_consistent
+    from ctxbench.results import JobRun
 
     def job(**faith):
         node = {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer", "steps": 10, "batch_size": 4, **faith}
@@ -91,7 +92,8 @@ def test_the_reports_check_lets_neutral_fields_differ():
 def test_the_reports_check_reads_a_setting_a_run_predates_as_its_default():
     """Runs written before ``memory_check`` existed had its default behaviour (no check; a check changes no figure
     either way), so they join a newer run that records the default, and not one that records something else."""
-    from ctxbench.reporting.aggregate import JobRun, check_consistent
+    from ctxbench.reporting.aggregate import check_consistent
+    from ctxbench.results import JobRun
     from ctxbench.stages.report import run_defaults, with_defaults
 
     def job(**top):  # as the report stage reads a run: the settings it lacks at the schema's defaults

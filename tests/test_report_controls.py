@@ -6,7 +6,7 @@ import pytest
 
 from ctxbench.reporting.controls import MARK, control_rows, controls_markdown, is_control, marks, verdict
 from ctxbench.reporting.results_table import MinExamples, rows_from_cells, table1_table
-from ctxbench.reporting.stats import StatsSettings
+from ctxbench.metrics.stats import StatsSettings
 
 IDS = [f"e{i}" for i in range(12)]
 R = {"label": "Recall", "key": "recall", "higher_is_better": True}

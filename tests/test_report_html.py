@@ -238,7 +238,8 @@ def test_examples_in_results_order_and_bad_data(tmp_path):
 
 
 def test_report_command_page(tmp_path):
-    from ctxbench.reporting.aggregate import JobRun, table1_markdown
+    from ctxbench.reporting.aggregate import table1_markdown
+    from ctxbench.results import JobRun
 
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
         (tmp_path / d / "summary.json").read_text())) for d in ("niah_a", "niah_b")]
@@ -327,7 +328,7 @@ def test_report_page_figures_in_chromium(tmp_path):
     renders in a real browser, with no console error."""
     from playwright.sync_api import sync_playwright
 
-    from ctxbench.reporting.aggregate import JobRun
+    from ctxbench.results import JobRun
     from ctxbench.reporting.controls import is_control
     from ctxbench.reporting.figures import deletion_set_chart, interval_chart
     from ctxbench.reporting.results_table import MinExamples

@@ -9,10 +9,11 @@ import pytest
 
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import find_jobs, table1, write_table1
+from ctxbench.reporting.aggregate import table1, write_table1
+from ctxbench.results import find_jobs
 from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
 from ctxbench.reporting.results_table import MinExamples
-from ctxbench.reporting.tables import summarize
+from ctxbench.metrics.summary import summarize
 
 from helpers.records import whole_report, write_job_folder
 

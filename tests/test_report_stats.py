@@ -19,10 +19,12 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.parts import build_all
-from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
+from ctxbench.reporting.aggregate import table1, table_view, write_table1
+from ctxbench.results import find_jobs
 from ctxbench.reporting.html import write_report_html
-from ctxbench.reporting.stats import StatsSettings, bootstrap_ci
-from ctxbench.reporting.tables import compare, markdown_summary, summarize
+from ctxbench.metrics.stats import StatsSettings, bootstrap_ci
+from ctxbench.metrics.summary import compare, summarize
+from ctxbench.reporting.tables import markdown_summary
 from ctxbench.reporting.tables import write_job_summary
 
 VIEWS = ["seq", "row"]

@@ -9,10 +9,12 @@ from ctxbench.errors import DataError
 from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import RESULTS, find_jobs, swept_keys, table1, write_table1
+from ctxbench.reporting.aggregate import swept_keys, table1, write_table1
+from ctxbench.results import RESULTS, find_jobs
 from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
-from ctxbench.reporting.tables import example_seconds, markdown_summary, summarize, write_mode_csvs
+from ctxbench.metrics.summary import example_seconds, summarize
+from ctxbench.reporting.tables import markdown_summary, write_mode_csvs
 
 from helpers.records import whole_report, write_job_folder
 

@@ -43,7 +43,8 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert len((out / "traces" / "ifr_multi_hop" / "manifest.jsonl").read_text().splitlines()) == 4
     assert "| method | Seq Recall@10% |" in capsys.readouterr().out
     # The job feeds the Table-1 report.
-    from ctxbench.reporting.aggregate import find_jobs, write_table1
+    from ctxbench.reporting.aggregate import write_table1
+    from ctxbench.results import find_jobs
 
     written = write_table1(find_jobs([out]), tmp_path / "report")
     assert "| method | RISE ↓ | MAS ↓ | Recall@10% ↑ |" in written[2] and "### niah_mq_q2 (N=4)" in written[2]
@@ -123,7 +124,8 @@ def test_a_mode_from_outside_the_library(tmp_path):
     assert "## Evidence mass (higher is better)" in md
     assert "| method | Seq mass x100 | scored | attribution s/example | total s/example |" in md
     assert list(csv.reader(open(out / "evidence_mass" / "random.csv")))[0] == ["Method", "mass x100"]
-    from ctxbench.reporting.aggregate import find_jobs, write_table1
+    from ctxbench.reporting.aggregate import write_table1
+    from ctxbench.results import find_jobs
 
     written = write_table1(find_jobs([out]), tmp_path / "report")
     assert "| method | mass x100 |" in written[2]  # a mode's own metric heads the task's table

@@ -1,4 +1,4 @@
-"""reporting/stats.py against independent truth: coverage of a known mean, a hand loop of the bootstrap, hand
+"""metrics/stats.py against independent truth: coverage of a known mean, a hand loop of the bootstrap, hand
 enumeration of the Wilcoxon signed-rank distribution, and seeding."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ctxbench.reporting.stats import bootstrap_ci, describe, paired_comparison, wilcoxon_signed_rank
+from ctxbench.metrics.stats import bootstrap_ci, describe, paired_comparison, wilcoxon_signed_rank
 
 
 def test_interval_covers_the_true_mean_at_about_the_nominal_rate():

@@ -18,8 +18,8 @@ from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
 from ctxbench.part import param
 from ctxbench.prompts.icl import ICLTemplate, box_template
-from ctxbench.reporting.run_outputs import RunOutputs
-from ctxbench.reporting.stats import StatsSettings
+from ctxbench.run_outputs import RunOutputs
+from ctxbench.metrics.stats import StatsSettings
 
 
 @dataclass

@@ -14,11 +14,19 @@ Every stage writes into a job folder (``outputs/...`` or a sweep's sub-folder). 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
-from ctxbench.errors import DataError
+import yaml
+
+from ctxbench.errors import ConfigError, DataError
+from ctxbench.jsonl import iter_jsonl
+from ctxbench.metrics.scorer import Scorer, build_scorers
+from ctxbench.metrics.summary import run_summary
+from ctxbench.part import without_neutral
+from ctxbench.run_outputs import run_setting
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
@@ -85,3 +93,161 @@ def jobs_below(paths: Iterable[str | Path]) -> Iterator[tuple[JobFiles, dict]]:
     for p in paths:
         for job in job_dirs(p):
             yield job, job.read_manifest()
+
+
+# --- the job model: run_exp jobs as the reports read them ----------------------------------------------------------
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobRun:
+    path: Path
+    config: dict[str, Any]
+    overrides: list[str]
+    summary: dict[str, Any]
+    superseded: set = field(default_factory=set)  # (method, scorer) a later run gives instead (``resolve_repeats``)
+    # a job still running or stopped: (examples scored by every method so far, examples planned)
+    unfinished: Optional[tuple] = None
+    # the job's result lines, read once (an unfinished job's as they were when it was found, not later ones)
+    lines: Optional[list] = None
+    source: dict = field(default_factory=dict)  # the manifest's dataset record: where the examples were read
+    # method -> the name it is reported under, when its settings differ from the first run of it (``label_variants``)
+    labels: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)  # method -> what differs in those settings ("hops=3")
+
+    @property
+    def dataset(self) -> str:
+        return self.config["dataset"]["name"]
+
+    def records(self) -> list[dict]:
+        """The per-example result lines of the methods in the summary (none when the job has no results file),
+        without the scores of superseded (method, scorer) pairs."""
+        path = self.path / RESULTS
+        if self.lines is None:
+            if not path.exists():
+                return []
+            original = {label: m for m, label in self.labels.items()}
+            wanted = {original.get(m, m) for m in self.summary["methods"]}
+            self.lines = [r for _, r in iter_jsonl(path) if r["method"] in wanted]
+        out = [dict(r) for r in self.lines]  # the caller's copies: superseded scores are blanked in them only
+        for r in out:
+            r["method"] = self.labels.get(r["method"], r["method"])
+            for method, scorer in self.superseded:
+                if r["method"] == method:
+                    r[scorer] = None
+        return out
+
+    def scores(self, method: str, scorer: str) -> bool:
+        """Whether this job's figures for ``method`` include ``scorer``'s (and are not superseded)."""
+        return scorer in self.summary["methods"][method] and (method, scorer) not in self.superseded
+
+    def scorers(self) -> dict[str, Scorer]:
+        """The job's scorers, rebuilt from its recorded config: they read its records as the run did."""
+        return build_scorers(self.config["mode"]) if self.config.get("mode") else {}
+
+
+def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinished: bool = False) -> list[JobRun]:
+    """Every run_exp job dir (one with ``manifest.json``) at or below the given paths, in their order: the finished
+    ones (``summary.json``), and with ``unfinished`` also those still running or stopped, summarised from the results
+    they have written so far (otherwise they are left out with a warning). Two jobs scoring the same task and method
+    with the same scorer are resolved by ``resolve_repeats``."""
+    jobs, left_out = [], []
+    for p in paths:
+        found = []
+        for job, manifest in jobs_below([p]):
+            if not is_attribution_job(manifest) or manifest["config"].get("shard", {}).get("count", 1) > 1:
+                continue  # other stages and retrieval; shards are merged into a run of their own before the report
+            if job.summary.exists():
+                found.append(_job(job.dir, manifest, job.read_summary()))
+            elif not unfinished:
+                left_out.append(job.dir)
+            elif job.results.exists():
+                found.append(_job(job.dir, manifest, None))
+        if not found:
+            hint = "; its unfinished jobs are reported with unfinished=true" if left_out and not unfinished else ""
+            raise DataError(f"no finished run_exp job (summary.json) in it{hint}", file=p)
+        jobs += found
+    if left_out:
+        log.warning("left out, unfinished (no summary.json; report them with unfinished=true): %s",
+                    ", ".join(map(str, left_out)))
+    label_variants(jobs)
+    resolve_repeats(jobs, prefer_later)
+    return jobs
+
+
+def label_variants(jobs: list[JobRun]) -> None:
+    """A method run with other settings than in the first run of it (in ``runs`` order) is another row, named by the
+    settings that differ: Table 1's FlashTrace recall with hops=3 beside the hops=1 figure,
+    ``ifr_multi_hop_both (hops=3)``. Runs of a method with equal settings stay one method (``resolve_repeats``)."""
+    first: dict[str, dict] = {}
+    for job in jobs:
+        for method in list(job.summary["methods"]):
+            settings = flatten(without_neutral((job.config.get("attribution") or {}).get(method) or {}))
+            ref = first.setdefault(method, settings)
+            diff = [f"{k}={settings.get(k)}" for k in sorted(set(ref) | set(settings)) if ref.get(k) != settings.get(k)]
+            if diff:
+                job.settings[method] = ", ".join(diff)
+                job.labels[method] = f"{method} ({job.settings[method]})"
+        job.summary["methods"] = {job.labels.get(m, m): v for m, v in job.summary["methods"].items()}
+
+
+def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
+    """The job in ``d``; ``summary`` None: an unfinished job, summarised from its results so far as the run would."""
+    ov_file = d / ".hydra" / "overrides.yaml"
+    overrides = yaml.safe_load(ov_file.read_text()) if ov_file.exists() else []
+    # resume= names the folder a run went on in, not a setting of the job
+    overrides = [o for o in overrides or [] if o.lstrip("+~").partition("=")[0] != "resume"]
+    job = JobRun(d, manifest["config"], list(overrides or []), summary or {}, source=manifest.get("dataset") or {})
+    if summary is None:
+        config = job.config
+        methods = list(config.get("attribution") or {})
+        # the job may be writing its next line: only complete lines count
+        records = [r for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
+        job.lines = records
+        job.summary = run_summary(records, job.scorers(), list(run_setting(config, "views")),
+                                  run_setting(config, "stats"))
+        by_example: dict[str, set] = {}
+        for r in records:
+            by_example.setdefault(r["example_id"], set()).add(r["method"])
+        complete = sum(1 for got in by_example.values() if got >= set(methods))
+        job.unfinished = (complete, manifest.get("dataset", {}).get("examples"))
+    return job
+
+
+def resolve_repeats(jobs: list[JobRun], prefer_later: bool = False) -> None:
+    """A task and method scored by the same scorer in two jobs is refused, or with ``prefer_later`` taken from the
+    later job (in ``runs`` order): the earlier job's scores of it are marked superseded. Table 1 needs the second:
+    FlashTrace's faithfulness with hops=1 from the sweep of every method (which scores recovery too), its recovery
+    with hops=3 from a sweep of its own."""
+    given: dict[tuple[str, str, str], JobRun] = {}
+    for job in jobs:
+        for method in job.summary["methods"]:
+            for scorer, desc in job.summary.get("scorers", {}).items():
+                if not job.scores(method, scorer):
+                    continue
+                key = (job.dataset, method, scorer)
+                if key in given:
+                    if not prefer_later:
+                        label = desc["metrics"][0]["label"] if desc.get("metrics") else scorer
+                        raise ConfigError(f"two runs give {method} on {job.dataset} ({label}): {given[key].path} and "
+                                         f"{job.path}; list the run to use last and set prefer_later=true")
+                    given[key].superseded.add((method, scorer))
+                given[key] = job
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out if out or not prefix else {prefix[:-1]: {}}
+    return {prefix[:-1]: json.dumps(obj, sort_keys=True) if isinstance(obj, list) else obj}
+
+
+def unfinished_note(job: JobRun) -> str:
+    """"" for a finished job, else how far an unfinished one got."""
+    if not job.unfinished:
+        return ""
+    done, planned = job.unfinished
+    return f"{done}{'' if planned is None else f' of {planned}'} examples scored by every method so far"

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ctxbench.attribution.controls import CONTROL_METHODS
 from ctxbench.reporting.results_table import MinExamples
-from ctxbench.reporting.stats import StatsSettings, paired_comparison
-from ctxbench.reporting.tables import by_method
+from ctxbench.metrics.stats import StatsSettings, paired_comparison
+from ctxbench.metrics.summary import by_method
 
 MARK = "‡"  # on a control's cell that is at least as good as the task's best method
 

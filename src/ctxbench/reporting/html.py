@@ -22,13 +22,13 @@ from ctxbench.errors import DataError
 from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.reporting import heatmap
-from ctxbench.reporting.aggregate import FIGURES, table1_layout, unfinished_note
+from ctxbench.reporting.aggregate import FIGURES, table1_layout
 from ctxbench.reporting.controls import marks
 from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_positions, top_tokens
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import (MinExamples, Table, comparison_tables, rows_from_summary, summary_tables,
                                               view_label)
-from ctxbench.results import JobFiles
+from ctxbench.results import JobFiles, unfinished_note
 
 DATA_DIR = "heatmap_data"
 PAGE = "report.html"

@@ -19,7 +19,7 @@ from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.controls import is_control, marks
 from ctxbench.reporting.paper import ranked
 from ctxbench.reporting.results_table import MinExamples
-from ctxbench.reporting.tables import by_method, example_seconds
+from ctxbench.metrics.summary import by_method, example_seconds
 from ctxbench.sampling.cache import funnel
 
 
@@ -410,7 +410,8 @@ def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
 
 def time_rows(jobs) -> list[dict[str, Any]]:
     """Per run and method: the examples it scored and the mean seconds per example, of the attribution alone and
-    with its scoring (``tables.example_seconds``), and the median of the latter (a lane slowed down for a while by
+    with its scoring (``metrics.summary.example_seconds``), and the median of the latter (a lane slowed down for a
+    while by
     other work on its cores moves the mean, not the median); the run is named by its folder's parent (a Table-1
     lane: ``faith_rec``, ``ig``, ``rec_h1``, ...)."""
     out = []

@@ -65,7 +65,8 @@ def _figures(method_row: dict, fig: Optional[Mapping[str, Any]]) -> dict[str, An
 
 
 def rows_from_summary(summary: Mapping[str, Any], dataset: str = "") -> list[ResultRow]:
-    """The figures of a job's ``summary.json`` (``tables.run_summary``): per scorer, method, view and metric."""
+    """The figures of a job's ``summary.json`` (``metrics.summary.run_summary``): per scorer, method, view and
+    metric."""
     views, methods = summary.get("views") or [], summary.get("methods") or {}
     rows = []
     for name, desc in (summary.get("scorers") or {}).items():

@@ -19,7 +19,8 @@ from ctxbench.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
 from ctxbench.reporting.protocol import families_markdown, variants_markdown
 
-from ctxbench.reporting.aggregate import find_jobs, table1, table_view, write_table1
+from ctxbench.reporting.aggregate import table1, table_view, write_table1
+from ctxbench.results import find_jobs
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report

@@ -34,7 +34,7 @@ from ctxbench.parts import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
-from ctxbench.reporting.stats import method_pairs
+from ctxbench.metrics.stats import method_pairs
 from ctxbench.reporting.tables import write_job_summary
 from ctxbench.results import RESULTS
 from ctxbench.shards import Shard

@@ -23,8 +23,8 @@ from ctxbench.files import atomic_write_text, safe_filename
 from ctxbench.jsonl import iter_jsonl
 from ctxbench.manifest import write_manifest
 from ctxbench.metrics.scorer import build_scorers
-from ctxbench.reporting.run_outputs import run_setting
-from ctxbench.reporting.stats import StatsSettings
+from ctxbench.run_outputs import run_setting
+from ctxbench.metrics.stats import StatsSettings
 from ctxbench.reporting.tables import write_job_summary
 from ctxbench.results import MANIFEST, RESULTS, SHARD, jobs_below
 from ctxbench.shards import interleave

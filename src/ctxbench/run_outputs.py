@@ -12,7 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, List
 
 from ctxbench.part import param
-from ctxbench.reporting.stats import StatsSettings
+from ctxbench.metrics.stats import StatsSettings
 
 
 @dataclass
