@@ -4,7 +4,8 @@ that are at least as good, and the verdict sentence, on hand-made figures; the T
 import numpy as np
 import pytest
 
-from ctxbench.reporting.controls import MARK, control_rows, controls_markdown, is_control, marks, verdict
+from ctxbench.reporting.controls import MARK, any_control, control_rows, controls_table, is_control, marks, verdict
+from ctxbench.reporting.render import markdown
 from ctxbench.reporting.results_table import MinExamples, rows_from_cells, table1_table
 from ctxbench.metrics.stats import StatsSettings
 
@@ -54,7 +55,7 @@ def test_a_control_at_least_as_good_as_the_best_method_is_marked_and_the_metric_
     assert rec["beaten"] == ["flash", "attention"] and rec["methods"] == 2
     assert marks(rows) == {("t", "copy_match", "Recall"): MARK}
     said = verdict("t", rows)
-    assert said.startswith("**t**: Recall (copy_match ") and "is not informative on this variant" in said
+    assert said.startswith("Recall (copy_match ") and "is not informative on this variant" in said
     assert "RISE cannot be checked (no control was scored with it on the same examples)" in said
     # the table: the control named, its cell marked
     table = table1_table(rows_from_cells(["t"], methods, [RISE, R], cells), [RISE, R], 10, marks=marks(rows),
@@ -63,7 +64,8 @@ def test_a_control_at_least_as_good_as_the_best_method_is_marked_and_the_metric_
     copy = next(r for r in grid if r[1].startswith("copy_match"))
     assert copy[1] == "copy_match (control)" and copy[3].endswith(MARK)
     assert not next(r for r in grid if r[1] == "flash")[3].endswith(MARK)
-    md = "\n".join(controls_markdown(rows, ["t"], StatsSettings()))
+    md = "\n".join(markdown(controls_table(rows)))
+    assert any_control(rows) and not any_control([{**r, "controls": []} for r in rows])
     assert "| t | Recall | flash 0.8" in md and "| 2 of 2 | **no** |" in md
 
 
@@ -76,7 +78,7 @@ def test_a_best_method_that_beats_every_control_is_informative():
     (rec,) = rows
     assert rec["informative"] is True and rec["control"] == "random" and rec["beaten"] == []
     assert marks(rows) == {}
-    assert verdict("t", rows) == "**t**: Recall tells the best method from the controls (it beats every control)."
+    assert verdict("t", rows) == "Recall tells the best method from the controls (it beats every control)."
 
 
 def test_a_figure_under_the_minimum_is_not_ranked():

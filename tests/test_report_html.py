@@ -238,7 +238,8 @@ def test_examples_in_results_order_and_bad_data(tmp_path):
 
 
 def test_report_command_page(tmp_path):
-    from ctxbench.reporting.aggregate import table1_markdown
+    from ctxbench.reporting.aggregate import table1_layout
+    from ctxbench.reporting.render import markdown
     from ctxbench.results import JobRun
 
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
@@ -257,8 +258,8 @@ def test_report_command_page(tmp_path):
             '<tr class="task-start"><th>niah_a (3)</th><th>m1</th><td class="best"><b>0.500</b></td></tr>'
             '<tr><th></th><th>m2</th><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
             '<tr class="task-start"><th>niah_b (4)</th><th>m1</th><td>–</td></tr></tbody>') in page
-    md = "\n".join(table1_markdown(["niah_a", "niah_b"], ["m1", "m2"], metrics, cells, lambda d: {"niah_a": 3,
-                                                                                                  "niah_b": 4}[d]))
+    md = "\n".join(markdown(table1_layout(["niah_a", "niah_b"], ["m1", "m2"], metrics, cells,
+                                          n_of=lambda d: {"niah_a": 3, "niah_b": 4}[d])))
     assert md.splitlines()[2:] == ["| niah_a (3) | m1 | **0.500** |", "|  | m2 | 0.250 [0.000, 0.500] |",
                                    "| niah_b (4) | m1 | – |"]  # the same rows as the page's
     too_few = write_report_html(jobs, (["niah_a"], ["m1", "m2"], metrics, cells), tmp_path / "r2", examples=0,

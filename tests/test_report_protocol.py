@@ -150,7 +150,8 @@ def test_time_per_stage(tmp_path):
     run and method the mean seconds per example, attribution alone and with its scoring."""
     from types import SimpleNamespace
 
-    from ctxbench.reporting.protocol import source_rows, time_markdown, time_rows
+    from ctxbench.reporting.protocol import attribution_time_table, sampling_time_table, source_rows, time_rows
+    from ctxbench.reporting.render import markdown
 
     cache = tmp_path / "samples" / "niah_mq_q2.jsonl"
     cache.parent.mkdir()
@@ -169,7 +170,7 @@ def test_time_per_stage(tmp_path):
     assert rows == [{"dataset": "niah_mq_q2", "run": "faith_rec", "method": "attention", "examples": 3,
                      "attribution_s": pytest.approx(2.5), "total_s": pytest.approx(6.0),
                      "total_median_s": pytest.approx(5.5)}]
-    md = "\n".join(time_markdown(rows, sources))
+    md = "\n".join(markdown(sampling_time_table(sources)) + markdown(attribution_time_table(rows)))
     # 4.0 s over the 2 timed of 3 rows tried; 2 kept: 2.0 s each
     assert "| niah_mq_q2 | 3 (2) | 4 | 2.0 | 2.0 |" in md
     assert "| niah_mq_q2 | faith_rec | attention | 3 | 2.5 | 6.0 | 5.5 |" in md
@@ -282,7 +283,8 @@ def test_families_name_a_task_one_model_explained_no_example_of():
 def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
     from types import SimpleNamespace
 
-    from ctxbench.reporting.protocol import source_markdown, source_rows
+    from ctxbench.reporting.protocol import source_rows, source_table
+    from ctxbench.reporting.render import markdown
 
     samples = tmp_path / "samples"
     samples.mkdir()
@@ -294,7 +296,7 @@ def test_a_cache_no_run_explained_is_listed_with_its_funnel(tmp_path):
     rows = source_rows([job], [samples])
     assert [(r["dataset"], r["explained"], r["funnel"]["kept"]) for r in rows] == [
         ("niah_mv_v2", True, 1), ("vt_h2_c3", False, 0)]
-    md = "\n".join(source_markdown(rows, 10))
+    md = "\n".join(markdown(source_table(rows, 10)))
     assert "| vt_h2_c3 (not explained: 0 kept) | cache: " in md and "| – | 2 | 2 | 0 | 0 | 0 | 0.000 |" in md
     # a report that explained nothing names the model that wrote its caches (the families page's column)
     (samples / "vt_h2_c3.jsonl.config.json").write_text(json.dumps({"model": {"name": "gemma3-270m"}}))

@@ -6,7 +6,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from ctxbench.retrieval.report import RESULTS_JSON, metric_tables, write_job_report
+from ctxbench.retrieval.report import RESULTS_JSON, retrieval_markdown, write_job_report
 from ctxbench.stages.report import report_stage
 
 
@@ -20,7 +20,7 @@ def test_markdown_layout():
                entry("bm25", "NoReranker", "b", "test", ndcg_at_10=0.5),
                entry("bm25", "NoReranker", "a", "test", ndcg_at_10=0.25),
                entry("bm25", "ql", "a", "test", ndcg_at_10=0.75), entry("bm25", "ql", "b", "test", ndcg_at_10=0.125)]
-    md = metric_tables(entries, ["ndcg_at_10"]).splitlines()
+    md = retrieval_markdown("t", entries, ["ndcg_at_10"]).splitlines()[2:]
     assert md[0] == "## NDCG@10 (ndcg_at_10, x100)"
     assert md[2] == "| Model | Reranker | average | a-test | b-test |"
     assert md[4:7] == ["| bm25 | NoReranker | 37.500 | 25.000 | **50.000** |",

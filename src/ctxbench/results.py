@@ -9,6 +9,11 @@ Every stage writes into a job folder (``outputs/...`` or a sweep's sub-folder). 
   ``retrieval.json`` (a ``mode=retrieval`` job's results).
 - sample_and_filter: ``funnel.json`` (the counts of the sampling funnel).
 - report: ``table1.md``, ``table1.csv``, ``table1.json``.
+
+Below the file names, the job model the reports read: ``JobRun`` (a run_exp job's config, overrides, summary and
+result lines), ``find_jobs`` (every job below some folders, finished or not), ``label_variants`` (a method run with
+other settings is another row) and ``resolve_repeats`` (a figure two jobs give is taken from the later one, or
+refused).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 N, the metric columns RISE, MAS, RISE+AP, Recall@10%; here one row per task and method), each figure with its bootstrap
 interval, then the paired comparisons between methods on each task, from run_exp job dirs. Intervals and comparisons
 are recomputed from each job's ``results.jsonl`` with the report's ``stats`` settings. Runs whose configs disagree on
-anything but the swept keys are refused."""
+anything but the swept keys are refused. The jobs are read through ``ctxbench.results`` (``find_jobs``); each section
+is a ``Table`` and the pages (table1.md, pairs.md) are rendered from ``table1.md.j2`` and ``pairs.md.j2``."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import compare, summarize
 from ctxbench.part import without_neutral
-from ctxbench.reporting.controls import (MARK, control_rows, controls_markdown, example_values, is_control, marks,
-                                         verdict)
+from ctxbench.reporting.controls import (MARK, any_control, control_rows, controls_table, example_values, is_control,
+                                         marks, verdict)
 from ctxbench.reporting.figures import deletion_set_chart, interval_chart
-from ctxbench.reporting.paper import load_paper, ordering_markdown, ordering_rows
-from ctxbench.reporting.protocol import (budget_markdown, budget_rows, deletion_set_markdown, deletion_set_rows,
-                                         source_markdown, source_rows, time_markdown, time_rows)
-from ctxbench.reporting.render import csv_text, markdown
+from ctxbench.reporting.paper import load_paper, ordering_rows, ordering_table
+from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, budget_table, deletion_set_names,
+                                         deletion_set_rows, deletion_set_table, sampling_time_table, source_rows,
+                                         source_table, time_rows)
+from ctxbench.reporting.render import csv_text, render_page
 from ctxbench.reporting.results_table import (MinExamples, Table, comparisons_table, direction, rows_from_cells,
                                               shown_metrics, table1_means, table1_table, task_comparison_tables,
                                               without_task_column)
@@ -163,13 +165,6 @@ def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dic
             for row in compare(records, scorers, [view], stats)]
 
 
-def unfinished_lines(jobs: list[JobRun]) -> list[str]:
-    """Markdown lines naming the unfinished runs whose figures the table shows (none when every run finished)."""
-    rows = [f"- `{j.path}`: {unfinished_note(j)}" for j in jobs if j.unfinished]
-    return ["Unfinished runs (their figures cover the examples scored when the report was made):", *rows, ""] \
-        if rows else []
-
-
 def ranked_cells(cells: dict[tuple[str, str], dict], least: MinExamples) -> dict[tuple[str, str], dict]:
     """``cells`` with each figure that rests on fewer examples than its method's minimum set to None: the table
     shows such a figure as "too few (n)", so the orderings built from the cells must not rank it either."""
@@ -230,38 +225,29 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
         chart = interval_chart(d, methods, headline, cells, least, out / FIGURES, is_control)
         if d in pooled:  # the task's mean deletion curve per method, over every run's records (report.html)
             deletion_curve_plots(pooled[d][0], [view], out / FIGURES, task=d)
-        tasks += [f"### {d} (N={n_of(d)})", "", *markdown(without_task_column(t)), "", verdict(d, checks), "",
-                  *([f"![{d}: mean and interval per method]({FIGURES}/{chart.name})", ""] if chart else [])]
-    more = [m["label"] for m in metrics if m not in headline]
-    set_charts = [f"![{p.stem}: ranks by deletion set]({FIGURES}/{p.name})" for p in
-                  (deletion_set_chart(d, methods, ranked, out / FIGURES) for d in datasets) if p is not None]
-    md = "\n".join([*([f"**{caption}**", ""] if caption else []),
-                    f"Table 1 ({view} view; {direction(headline)}; mean [{stats.level:.0%} bootstrap interval]; bold: "
-                    f"the best mean of the task; {MARK}: a control at least as good as the task's best method, "
-                    f"docs/report.md#controls). Every figure{' (' + ', '.join(more) + ')' if more else ''}, the check "
-                    f"against the controls, the paired comparisons and the orderings by deletion set: "
-                    f"[pairs.md](pairs.md).", "",
-                    *unfinished_lines(jobs), *(tasks if datasets else ["No task explained yet.", ""]),
-                    *source_markdown(sources, least),
-                    *(["", *budget_markdown(budgets)] if budgets else []),
-                    *(["", *time_markdown(times, sources)] if times else [])])
-    pairs = "\n".join([*([f"**{caption}**", ""] if caption else []),
-                       "The rest of [table1.md](table1.md): every figure, the check of each metric against the "
-                       "controls, the faithfulness orderings by deletion set, the paired comparisons"
-                       + (" and the order against the paper's Table 1" if paper else "")
-                       + " (pairs.csv: the comparisons, one per line).", "",
-                       "## Every figure", "", f"({view} view; {direction(metrics)}; mean [{stats.level:.0%} "
-                       f"bootstrap interval]; bold: the best mean of the task)", "",
-                       *(markdown(table1_layout(datasets, methods, described, cells, least, n_of, view, marked))
-                         if datasets else ["No task explained yet."]),
-                       *(["", *controls_markdown(checks, datasets, stats, verdicts=False)] if datasets else []),
-                       *(["", *deletion_set_markdown(by_set), "", *set_charts] if by_set else []),
-                       *comparisons_markdown(comps, datasets, metrics, stats),
-                       *(["", *ordering_markdown(orderings)] if paper else [])])
+        tasks.append({"name": d, "n": n_of(d), "table": without_task_column(t), "verdict": verdict(d, checks),
+                      "chart": chart.name if chart else None})
+    common = {"caption": caption, "view": view, "level": stats.level, "mark": MARK}
+    md = render_page(
+        "table1.md.j2", **common, direction=direction(headline),
+        more=[m["label"] for m in metrics if m not in headline],
+        unfinished=[(j.path, unfinished_note(j)) for j in jobs if j.unfinished], tasks=tasks, least=least,
+        sources=source_table(sources, least), budget=budget_table(budgets) if budgets else None,
+        sampling_time=sampling_time_table(sources) if times else None,
+        attribution_time=attribution_time_table(times) if times else None)
+    set_charts = [p for p in (deletion_set_chart(d, methods, ranked, out / FIGURES) for d in datasets)
+                  if p is not None]
+    pairs = render_page(
+        "pairs.md.j2", **common, paper=paper, direction=direction(metrics),
+        every=table1_layout(datasets, methods, described, cells, least, n_of, view, marked) if datasets else None,
+        any_control=any_control(checks), controls=controls_table(checks),
+        deletion_sets=deletion_set_table(by_set) if by_set else None, set_names=deletion_set_names(by_set),
+        set_charts=set_charts, comparisons=task_comparison_tables(comps, datasets, metrics),
+        orderings=ordering_table(orderings) if orderings else None)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
-    md_path.write_text(md + "\n", encoding="utf-8")
-    (out / "pairs.md").write_text(pairs + "\n", encoding="utf-8")
+    md_path.write_text(md, encoding="utf-8")
+    (out / "pairs.md").write_text(pairs, encoding="utf-8")
     (out / "pairs.csv").write_text(csv_text(comparisons_table(comps)), encoding="utf-8", newline="")
     csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
                         encoding="utf-8", newline="")
@@ -290,25 +276,3 @@ def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[st
     table = table1_table(rows, shown, min_examples, n_of or (lambda d: task_n(cells, d, methods)), marked,
                          is_control)
     return replace(table, title=direction(shown))
-
-
-def table1_markdown(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
-                    cells: dict[tuple[str, str], dict], n_of=None,
-                    min_examples: int | MinExamples = 0) -> list[str]:
-    """Rows: task (N) then one row per method, in run order; columns: the metrics (the paper's RISE, MAS, RISE+AP,
-    Recall@10% for faithfulness + recovery); the best mean of each task in bold (``table1_layout``)."""
-    return markdown(table1_layout(datasets, methods, metrics, cells, min_examples, n_of))
-
-
-def comparisons_markdown(comps: list[dict[str, Any]], datasets: list[str], metrics: list[dict[str, Any]],
-                         stats: StatsSettings) -> list[str]:
-    """Per task: rows = method pairs, columns = metrics, cells = ``results_table.comparison``."""
-    if not comps:
-        return []
-    lines = ["", "## Paired comparisons", "",
-             f"A − B on the examples both methods scored: mean difference [{stats.level:.0%} bootstrap interval over "
-             f"pairs], Wilcoxon signed-rank p; bold: the interval excludes 0 and p < {1 - stats.level:.2g} "
-             f"(docs/metrics.md#statistics)."]
-    for t in task_comparison_tables(comps, datasets, metrics):
-        lines += ["", f"### {t.title}", "", *markdown(t)]
-    return lines

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from ctxbench.attribution.controls import CONTROL_METHODS
-from ctxbench.reporting.results_table import MinExamples
+from ctxbench.reporting.results_table import Cell, MinExamples, Table, text_table
 from ctxbench.metrics.stats import StatsSettings, paired_comparison
 from ctxbench.metrics.summary import by_method
 
@@ -114,33 +114,27 @@ def verdict(task: str, rows: Sequence[Mapping[str, Any]]) -> str:
     if unchecked:
         parts.append(f"{', '.join(unchecked)} cannot be checked (no control was scored with "
                      f"{'it' if len(unchecked) == 1 else 'them'} on the same examples)")
-    return f"**{task}**: " + ("; ".join(parts) if parts else "no figure to judge") + "."
+    return ("; ".join(parts) if parts else "no figure to judge") + "."
 
 
-def controls_markdown(rows: Sequence[Mapping[str, Any]], datasets: Sequence[str], stats: StatsSettings,
-                      verdicts: bool = True) -> list[str]:
-    """The report's section: what the controls are, the per-task x metric check, and (``verdicts``) the verdicts."""
-    if not any(r["controls"] for r in rows):
-        return ["## Controls", "", "No control (copy_match, position, random) was scored in these runs: no figure "
-                "here can be told from what a method that reads no model gets (scripts/table1.sh, lane controls)."]
-    lines = ["## Controls", "",
-             "The controls read no model: `copy_match` marks the prompt tokens the target copies (the longest copied "
-             "run over each), `position` is a recency prior, `random` uniform scores (docs/metrics.md#controls). A "
-             f"{MARK} in the table marks a control at least as good as the task's best method: the paired test (on "
-             f"the examples both scored; {stats.level:.0%} bootstrap interval and Wilcoxon signed-rank) does not find "
-             "the best method better. Such a metric is **not informative on this variant** for that task.", "",
-             "| task | metric | best method | strongest control | control − best [n, p] | methods below the control "
-             "| informative |",
-             "|---|---|---|---|---|---|---|"]
+def controls_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """The check per task and metric (``control_rows``): the best method, the strongest control, their paired
+    difference, how many methods the control is above, and whether the metric is informative."""
+    body = []
     for r in rows:
         if not r["best"]:
             continue
         c = next((c for c in r["controls"] if c["control"] == r["control"]), None)
         versus = "–" if c is None or c["diff"] is None else f"{c['diff']:+.3f} [n={c['n']}, p={c['p_value']:.2g}]"
-        below = "–" if c is None else f"{len(r['beaten'])} of {r['methods']}"
-        said = {True: "yes", False: "**no**", None: "not checked (no control on the same examples)"}[r["informative"]]
-        lines.append(f"| {r['dataset']} | {r['metric']} | {r['best']} {_fig(r['best_mean'])} | "
-                     f"{'–' if c is None else c['control'] + ' ' + _fig(c['mean'])} | {versus} | {below} | {said} |")
-    if verdicts:
-        lines += ["", "Verdicts:", ""] + [f"- {verdict(d, rows)}" for d in datasets]
-    return lines
+        said = {True: Cell("yes"), False: Cell("no", strong=True),
+                None: Cell("not checked (no control on the same examples)")}[r["informative"]]
+        body.append([r["dataset"], r["metric"], f"{r['best']} {_fig(r['best_mean'])}",
+                     "–" if c is None else f"{c['control']} {_fig(c['mean'])}", versus,
+                     "–" if c is None else f"{len(r['beaten'])} of {r['methods']}", said])
+    return text_table(("task", "metric", "best method", "strongest control", "control − best [n, p]",
+                       "methods below the control", "informative"), body)
+
+
+def any_control(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some control was scored beside the methods (else no figure can be told from a control's)."""
+    return any(r["controls"] for r in rows)

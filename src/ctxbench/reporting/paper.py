@@ -11,6 +11,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Optional
 
+from ctxbench.reporting.results_table import Table, text_table
+
 KEYS = ("dataset", "method")
 
 
@@ -75,15 +77,8 @@ def _swap_text(s: dict[str, Any]) -> str:
     return f"{s['here']} before {s['paper']} ({how})"
 
 
-def ordering_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return ["## Against the paper's Table 1", "", "No task and metric with two methods in both tables."]
-    lines = ["## Against the paper's Table 1", "",
-             "The methods' order, best first, in the paper's Table 1 (Qwen3-8B, its examples; "
-             "src/ctxbench/resources/table1/README.md) and here, over the methods both have; the pairs in the other "
-             "order here, with this report's paired comparison (docs/report.md).", "",
-             "| task | metric | paper | here | pairs in the other order |", "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['dataset']} | {r['metric']} | {r['paper']} | {r['here']} | "
-                     + ("; ".join(_swap_text(s) for s in r["swapped"]) or "none") + " |")
-    return lines
+def ordering_table(rows: list[dict[str, Any]]) -> Table:
+    """``ordering_rows`` as a table: per task and metric the order in the paper and here, and the pairs swapped."""
+    return text_table(("task", "metric", "paper", "here", "pairs in the other order"),
+                      [[r["dataset"], r["metric"], r["paper"], r["here"],
+                        "; ".join(_swap_text(s) for s in r["swapped"]) or "none"] for r in rows])

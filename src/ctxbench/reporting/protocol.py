@@ -18,7 +18,8 @@ from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_ke
 from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.controls import is_control, marks
 from ctxbench.reporting.paper import ranked
-from ctxbench.reporting.results_table import MinExamples
+from ctxbench.reporting.render import render_page
+from ctxbench.reporting.results_table import MinExamples, Table, text_table
 from ctxbench.metrics.summary import by_method, example_seconds
 from ctxbench.sampling.cache import funnel
 
@@ -85,29 +86,25 @@ def source_rows(jobs, samples: Sequence[str | Path] = ()) -> list[dict[str, Any]
     return out
 
 
-def source_markdown(rows: list[dict[str, Any]], min_examples: int | MinExamples) -> list[str]:
+SOURCE_COLUMNS = ("task", "source", "generator", "tried", "generated", "well-formed", "correct", "kept", "accuracy")
+
+
+def source_table(rows: list[dict[str, Any]], min_examples: int | MinExamples) -> Table:
+    """Per task (``source_rows``): the source of its targets, the sampling funnel and the model's accuracy; a task
+    no run explained says why (too few rows kept, or not yet)."""
     least = MinExamples.of_value(min_examples)
-    own = "; ".join(f"`{m}` from {n} on, shown with its n under {least.default}" for m, n in least.of.items())
-    lines = ["## Targets explained", "",
-             "Where each task's explained targets came from; for a sampled CoT cache the sampling funnel (rows tried / "
-             "generated / well-formed / judged correct / kept) and the model's accuracy on the task (judged correct "
-             "over generated; by construction 1 for the synthetic evidence CoT)."
-             + (f" A cell scored on fewer than {least.default} examples is not filled" if least.default else "")
-             + (f" ({own})" if own and least.default else "") + ("." if least.default else ""), "",
-             "| task | source | generator | tried | generated | well-formed | correct | kept | accuracy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    body = []
     for r in rows:
         f = r["funnel"]
         src = f"{r['kind']}: `{r['path']}`" + (f" (+{r['sources'] - 1} more)" if r["sources"] > 1 else "")
         counts = ([str(f[k]) for k in ("processed", "generated", "well_formed", "judged_correct", "kept")]
                   if f else ["–"] * 5)
-        acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
         task = r["dataset"]
         if not r["explained"]:
             few = f and f["kept"] < max(least.default, 1)
             task += f" (not explained: {f['kept']} kept)" if few else " (not explained yet)"
-        lines.append(f"| {task} | {src} | {r['generator'] or '–'} | " + " | ".join(counts) + f" | {acc} |")
-    return lines
+        body.append([task, src, r["generator"] or "–", *counts, _fig(r["accuracy"])])
+    return text_table(SOURCE_COLUMNS, body)
 
 
 # --- recall budget --------------------------------------------------------------------------------------------------
@@ -143,22 +140,12 @@ def budget_rows(records_by_task: dict[str, list[dict]]) -> list[dict[str, Any]]:
     return out
 
 
-def budget_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    lines = ["## Recall budget", "",
-             "Recall@10% ranks the prompt tokens and takes the top k = ceil(0.1 x ranked); gold = the prompt tokens "
-             "overlapping the evidence. FlashTrace (stop tokens removed) is scored over its non-stop tokens, as its "
-             "code scores it: k, gold and ranked count those only. The ceiling min(k, gold)/gold is the best recall "
-             "any ranking reaches; both depend on the tokenizer and the haystack, so they differ from the paper's "
-             "(Qwen3-8B's tokenizer, its haystacks: not computable offline). Means over the examples.", "",
-             "| task | recall | examples | ranked | k | gold | k / gold | ceiling |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        kind = "stop tokens skipped (FlashTrace)" if r["stop_tokens_skipped"] else "all prompt tokens"
-        lines.append(f"| {r['dataset']} | {kind} | {r['examples']} | {r['ranked']:.1f} | {r['k']:.1f} | "
-                     f"{r['gold']:.1f} | {r['k_over_gold']:.2f} | {r['ceiling']:.3f} |")
-    return lines
+def budget_table(rows: list[dict[str, Any]]) -> Table:
+    """``budget_rows`` as a table: per task and recall definition, the mean budget and ceiling."""
+    return text_table(("task", "recall", "examples", "ranked", "k", "gold", "k / gold", "ceiling"), [
+        [r["dataset"], "stop tokens skipped (FlashTrace)" if r["stop_tokens_skipped"] else "all prompt tokens",
+         str(r["examples"]), f"{r['ranked']:.1f}", f"{r['k']:.1f}", f"{r['gold']:.1f}", f"{r['k_over_gold']:.2f}",
+         f"{r['ceiling']:.3f}"] for r in rows])
 
 
 # --- faithfulness orderings per deletion set ------------------------------------------------------------------------
@@ -203,24 +190,21 @@ def deletion_set_rows(datasets: list[str], methods: list[str], cells: dict, comp
     return rows
 
 
-def deletion_set_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    sets = [c for c in COMMON_SETS if any(c in r["orders"] for r in rows)]
-    lines = ["## Faithfulness by deletion set", "",
-             "The methods' order (best first) under the paper's mixed deletion sets (FlashTrace never deletes stop "
-             "tokens, every other method deletes every prompt token), under one common set for every method ("
-             + "; ".join(f"`{c}`: {COMMON_SETS[c]}" for c in sets) + "), and in the paper's Table 1; then the pairs "
-             "whose order changes with the set: the better one under the common set, with this report's paired "
-             "comparison there.", "",
-             "| task | metric | mixed (paper's protocol) | " + " | ".join(f"common `{c}`" for c in sets)
-             + " | paper | order depends on the set |", "|---" * (4 + len(sets)) + "|"]
+def deletion_set_names(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The common deletion sets some row was scored under: ``(name, what it deletes)``."""
+    return [(c, COMMON_SETS[c]) for c in COMMON_SETS if any(c in r["orders"] for r in rows)]
+
+
+def deletion_set_table(rows: list[dict[str, Any]]) -> Table:
+    """``deletion_set_rows`` as a table: per task and metric the order under each set and the pairs that flip."""
+    sets = [c for c, _ in deletion_set_names(rows)]
+    body = []
     for r in rows:
         flips = "; ".join(f"`{f['set']}`: {f['better']} before {f['worse']} ({f['comparison']})" for f in r["flips"])
-        lines.append(f"| {r['dataset']} | {r['metric']} | {r['orders']['mixed']} | "
-                     + " | ".join(r["orders"].get(c, "–") for c in sets)
-                     + f" | {r['paper'] or '–'} | {flips or 'none'} |")
-    return lines
+        body.append([r["dataset"], r["metric"], r["orders"]["mixed"], *[r["orders"].get(c, "–") for c in sets],
+                     r["paper"] or "–", flips or "none"])
+    return text_table(("task", "metric", "mixed (paper's protocol)", *[f"common `{c}`" for c in sets], "paper",
+                       "order depends on the set"), body)
 
 
 # --- the variants side by side --------------------------------------------------------------------------------------
@@ -233,26 +217,16 @@ def _short(caption: Optional[str], fallback: str) -> str:
 
 
 def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
-    """Several Table-1 reports (``(folder, table1.json)``, one per variant of the targets) beside the paper's Table 1:
-    per task, each method's RISE / MAS / Recall@10% in the paper and in each variant (mean, and N when it differs
-    from the variant's task N), then per variant the model's accuracy, the recall budget and ceiling of each
-    definition, and how many of the paper's pairwise orders the variant keeps."""
+    """Several Table-1 reports (``(folder, table1.json)``, one per variant of the targets) beside the paper's Table 1
+    (``variants.md.j2``): per task, each method's RISE / MAS / Recall@10% in the paper and in each variant (mean, and
+    N when it differs from the variant's task N), then per variant the model's accuracy, the recall budget and
+    ceiling of each definition, and how many of the paper's pairwise orders the variant keeps."""
     names = [_short(t.get("caption"), Path(d).parent.name) for d, t in reports]
-    tasks = list(dict.fromkeys(d for _, t in reports for d in t["datasets"]))
-    lines = ["# Table 1: the variants beside the paper", "",
-             "RISE / MAS (lower is better) / Recall@10% (higher) per method: the paper's Table 1 (Qwen3-8B, 100 "
-             "examples per task) and each variant here; `n=` when a cell rests on another number of examples than the "
-             "task's, `too few` when under the report's min_examples; ‡ on a control's figure at least as good as the "
-             "variant's best method there (paired test, docs/report.md#controls). Sources: "
-             + "; ".join(f"{n}: `{d}`" for n, (d, _) in zip(names, reports)) + "."]
-    for task in tasks:
-        per = []
-        for _, t in reports:
-            cells = {c["method"]: c for c in t["cells"] if c["dataset"] == task}
-            per.append((t, cells))
+    tasks = []
+    for task in dict.fromkeys(d for _, t in reports for d in t["datasets"]):
+        per = [(t, {c["method"]: c for c in t["cells"] if c["dataset"] == task}) for _, t in reports]
         methods = list(dict.fromkeys([m for (d, m) in paper if d == task] + [m for _, c in per for m in c]))
-        lines += ["", f"## {task}", "", "| method | paper | " + " | ".join(names) + " |",
-                  "|---" * (2 + len(names)) + "|"]
+        rows = []
         for me in methods:
             row = [f"{me} (control)" if is_control(me) else me,
                    " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
@@ -262,21 +236,26 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
                 marked = marks(t.get("controls") or [])  # a control as good as the variant's best method there
                 row.append("–" if c is None else " / ".join(_cell_fig(c, k, least) + marked.get((task, me, k), "")
                                                              for k in VARIANT_METRICS))
-            lines.append("| " + " | ".join(row) + " |")
-        lines += ["", "| variant | N | accuracy | recall budget k/gold, ceiling | paper's orders kept |",
-                  "|---|---|---|---|---|"]
-        for name, (t, cells) in zip(names, per):
-            src = next((s for s in t.get("sources") or [] if s["dataset"] == task), {})
-            acc = "–" if src.get("accuracy") is None else f"{src['accuracy']:.3f}"
-            f = src.get("funnel")
-            if f:
-                acc += f" ({f['kept']} kept of {f['processed']} tried)"
-            budget = "; ".join(f"{'non-stop' if b['stop_tokens_skipped'] else 'all'}: {b['k_over_gold']:.2f}, "
-                               f"{b['ceiling']:.3f}" for b in t.get("recall_budget") or [] if b["dataset"] == task)
-            ns = sorted({c["n"] for c in cells.values()})
-            lines.append(f"| {name} | {'/'.join(map(str, ns)) or '–'} | {acc} | {budget or '–'} | "
-                         f"{_kept_orders(t, task)} |")
-    return "\n".join(lines) + "\n"
+            rows.append(row)
+        tasks.append({"name": task, "methods": text_table(("method", "paper", *names), rows),
+                      "variants": text_table(("variant", "N", "accuracy", "recall budget k/gold, ceiling",
+                                              "paper's orders kept"),
+                                             [_variant_row(name, t, cells, task)
+                                              for name, (t, cells) in zip(names, per)])})
+    return render_page("variants.md.j2", sources=[(n, d) for n, (d, _) in zip(names, reports)], tasks=tasks)
+
+
+def _variant_row(name: str, t: dict, cells: dict, task: str) -> list[str]:
+    """One variant's line under a task: its N, the model's accuracy, the recall budgets, the paper's orders kept."""
+    src = next((s for s in t.get("sources") or [] if s["dataset"] == task), {})
+    acc = _fig(src.get("accuracy"))
+    f = src.get("funnel")
+    if f:
+        acc += f" ({f['kept']} kept of {f['processed']} tried)"
+    budget = "; ".join(f"{'non-stop' if b['stop_tokens_skipped'] else 'all'}: {b['k_over_gold']:.2f}, "
+                       f"{b['ceiling']:.3f}" for b in t.get("recall_budget") or [] if b["dataset"] == task)
+    ns = sorted({c["n"] for c in cells.values()})
+    return [name, "/".join(map(str, ns)) or "–", acc, budget or "–", _kept_orders(t, task)]
 
 
 def _fig(x: Optional[float]) -> str:
@@ -346,28 +325,21 @@ def _why_not_scored(t: dict, task: str) -> str:
 
 def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
     """Two or more Table-1 reports of one variant made with different models (``(folder, table1.json)``):
-    ``(families.md, pairs.md)``. The first: per task and metric, how many method pairs every model puts in the same
-    order (and of them significant in every model), the fewest examples behind a verdict, and the tasks not compared
-    with the reason (a task some model scored no example of: its sampling funnel, so a variant one model cannot
-    answer reads as such, not as an empty page). The second: every pair of methods both reports compared (their
-    paired comparisons, on the examples both methods scored), which method is better in each and whether the
-    difference is significant there, and whether the order holds in every model."""
+    ``(families.md, pairs.md)`` (``families.md.j2``, ``families_pairs.md.j2``). The first: per task and metric, how
+    many method pairs every model puts in the same order (and of them significant in every model), the fewest
+    examples behind a verdict, and the tasks not compared with the reason (a task some model scored no example of:
+    its sampling funnel, so a variant one model cannot answer reads as such, not as an empty page). The second: every
+    pair of methods both reports compared (their paired comparisons, on the examples both methods scored), which
+    method is better in each and whether the difference is significant there, and whether the order holds in every
+    model."""
     names = [_family_name(d, t) for d, t in reports]
-    tasks = list(dict.fromkeys(task for _, t in reports for task in _task_names(t)))
-    sources = "; ".join(f"{n}: `{d}` ({t.get('caption') or 'no caption'})" for n, (d, t) in zip(names, reports))
-    lines = ["# Table 1 across model families: the method pairs, one by one", "",
-             "Each report's paired comparisons (mean difference on the examples both methods scored, bootstrap "
-             "interval and Wilcoxon test: docs/metrics.md#statistics), method pair by method pair: the better method "
-             "in each model, `*` where the difference is significant there, and on how many examples. `holds` when "
-             f"every model puts the pair in the same order, `reversed` when not. Sources: {sources}."]
-    summary, absent_notes = [], []
-    for task in tasks:
-        lines += ["", f"## {task}", ""]
+    sources = [(n, d, t.get("caption") or "no caption") for n, (d, t) in zip(names, reports)]
+    summary, tasks = [], []
+    for task in dict.fromkeys(task for _, t in reports for task in _task_names(t)):
         absent = [f"{n} {_why_not_scored(t, task)}" for n, (_, t) in zip(names, reports) if task not in t["datasets"]]
         if absent:
-            lines.append("Not compared: " + "; ".join(absent) + ".")
-            absent_notes.append(f"- {task}: not compared: " + "; ".join(absent) + ".")
-            summary.append(f"| {task} | – | not compared | – | – |")
+            summary.append([task, "–", "not compared", "–", "–"])
+            tasks.append({"name": task, "absent": absent, "pairs": None})
             continue
         rows = []
         for label in FAMILY_METRICS:
@@ -381,29 +353,19 @@ def families_markdown(reports: list[tuple[str, dict]]) -> tuple[str, str]:
                 same = len({w for w, _, _ in got}) == 1
                 held += same
                 sig_both += same and all(s for _, s, _ in got)
-                cells = [f"{w}{'*' if s else ''} (n={n})" for w, s, n in got]
                 verdict = "holds" if same else "reversed"
                 if not same and any(s for _, s, _ in got):
                     verdict += " (significant in " + ", ".join(m for m, (_, s, _) in zip(names, got) if s) + ")"
-                rows.append(f"| {label} | {a} vs {b} | {' | '.join(cells)} | {verdict} |")
+                rows.append([label, f"{a} vs {b}", *[f"{w}{'*' if s else ''} (n={n})" for w, s, n in got], verdict])
+            # the fewest examples behind a verdict: one on one or two examples reads "holds" like one on twenty
             fewest = min(v[p][2] for v in per for p in pairs)  # (better, significant, n)
-            summary.append(f"| {task} | {label} | {held} of {len(pairs)} | {sig_both} | {fewest} |")
-        if rows:
-            lines += [f"| metric | pair | {' | '.join(names)} | across models |", "|---" * (3 + len(names)) + "|",
-                      *rows]
-        else:
-            lines.append("Not compared: no pair of methods has a paired comparison in every model.")
-    # the fewest examples column: a verdict on one or two examples reads "holds" like one on twenty
-    head = ["# Table 1 across model families: which orderings hold in every model", "",
-            "Per task and metric, of the method pairs every model's report compared (paired comparisons on the "
-            "examples both methods scored: docs/metrics.md#statistics), how many every model puts in the same order, "
-            "how many "
-            f"of those are significant in every model, and the fewest examples behind a verdict. Sources: {sources}. "
-            "Every pair, model by model: [pairs.md](pairs.md).", "",
-            "| task | metric | pairs in the same order in every model | of them significant in every model | fewest "
-            "examples behind a verdict |", "|---|---|---|---|---|", *summary, *([""] + absent_notes if absent_notes
-                                                                             else [])]
-    return "\n".join(head) + "\n", "\n".join(lines) + "\n"
+            summary.append([task, label, f"{held} of {len(pairs)}", str(sig_both), str(fewest)])
+        tasks.append({"name": task, "absent": [], "pairs": text_table(("metric", "pair", *names, "across models"),
+                                                                        rows) if rows else None})
+    table = text_table(("task", "metric", "pairs in the same order in every model",
+                        "of them significant in every model", "fewest examples behind a verdict"), summary)
+    return (render_page("families.md.j2", sources=sources, summary=table, tasks=tasks),
+            render_page("families_pairs.md.j2", sources=sources, tasks=tasks))
 
 
 # --- time per stage -------------------------------------------------------------------------------------------------
@@ -424,27 +386,23 @@ def time_rows(jobs) -> list[dict[str, Any]]:
     return out
 
 
-def time_markdown(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    lines = ["## Time per stage", ""]
+def sampling_time_table(sources: list[dict[str, Any]]) -> Optional[Table]:
+    """Per sampled task: the sampling stage's wall time over the rows it tried, per row and per kept example (None
+    when no cache recorded its time)."""
     sampled = [r for r in sources if r.get("funnel") and r["funnel"].get("seconds") is not None]
-    if sampled:
-        lines += ["Sampling stage: its wall time over the rows it tried (generation and judging; a row's share of "
-                  "its chunk), as its cache's log records it.", "",
-                  "| task | rows tried (timed) | wall s | s per row | s per kept example |", "|---|---|---|---|---|"]
-        for r in sampled:
-            f = r["funnel"]
-            per_kept = f"{f['seconds'] / f['kept']:.1f}" if f["kept"] else "–"
-            lines.append(f"| {r['dataset']} | {f['processed']} ({f['timed_rows']}) | {f['seconds']:.0f} | "
-                         f"{f['seconds'] / f['timed_rows']:.1f} | {per_kept} |")
-        lines.append("")
-    lines += ["Attribution stage: mean seconds per example of each method, the attribution alone and with its "
-              "scoring (faithfulness's deletion passes, recovery), and the median of the latter, in the run's own "
-              "process (lanes that shared the cores ran slower).", "",
-              "| task | run | method | examples | attribution s | with scoring s | with scoring s, median |",
-              "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['dataset']} | {r['run']} | {r['method']} | {r['examples']} | {r['attribution_s']:.1f} | "
-                     f"{r['total_s']:.1f} | {r['total_median_s']:.1f} |")
-    return lines
+    if not sampled:
+        return None
+    body = []
+    for r in sampled:
+        f = r["funnel"]
+        body.append([r["dataset"], f"{f['processed']} ({f['timed_rows']})", f"{f['seconds']:.0f}",
+                     f"{f['seconds'] / f['timed_rows']:.1f}", f"{f['seconds'] / f['kept']:.1f}" if f["kept"] else "–"])
+    return text_table(("task", "rows tried (timed)", "wall s", "s per row", "s per kept example"), body)
+
+
+def attribution_time_table(rows: list[dict[str, Any]]) -> Table:
+    """``time_rows`` as a table: per task, run and method the mean (and median) seconds per example."""
+    return text_table(("task", "run", "method", "examples", "attribution s", "with scoring s",
+                       "with scoring s, median"),
+                      [[r["dataset"], r["run"], r["method"], str(r["examples"]), f"{r['attribution_s']:.1f}",
+                        f"{r['total_s']:.1f}", f"{r['total_median_s']:.1f}"] for r in rows])

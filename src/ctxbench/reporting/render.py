@@ -1,8 +1,11 @@
 """The renderers of a ``results_table.Table``, one per format (Markdown, CSV, HTML), and the Jinja2 environment of the
 generated pages.
 
-The pages are rendered from the template files in ``ctxbench/resources/templates`` (autoescape on: every string from
-the data is escaped where it is written, control characters shown as U+FFFD); Python hands them data, never markup.
+The pages are rendered from the template files in ``ctxbench/resources/templates``; Python hands them data (strings,
+figures and ``Table``s), never markup. HTML pages (``*.html.j2``) are autoescaped: every string from the data is
+escaped where it is written, control characters shown as U+FFFD. Markdown pages (``*.md.j2``: table1.md, pairs.md,
+summary.md, ...) are written as is, each ``Table`` through the ``md`` filter (``markdown``, the one Markdown table
+writer).
 """
 
 from __future__ import annotations
@@ -32,16 +35,26 @@ def _finalize(value: Any) -> Any:
 def environment() -> jinja2.Environment:
     """The templates of ``ctxbench/resources/templates``, autoescaped; ``tojson`` keeps the keys' order and writes
     no spaces (the data block of a page)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("ctxbench", TEMPLATES), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("ctxbench", TEMPLATES), autoescape=_escaped,
                              undefined=jinja2.StrictUndefined, finalize=_finalize, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=False)
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
+    env.filters["md"] = lambda table: "\n".join(markdown(table))
     return env
 
 
+def _escaped(name: str | None) -> bool:
+    """Autoescape every template but the Markdown ones (Markdown has no escaping; its tables are ``markdown``'s)."""
+    return not (name or "").endswith(".md.j2")
+
+
 def render_page(template: str, **context: Any) -> str:
-    """A page from ``template`` (a file of ``ctxbench/resources/templates``)."""
-    return environment().get_template(template).render(**context)
+    """A page from ``template`` (a file of ``ctxbench/resources/templates``); a Markdown page ends with one newline
+    and has no run of blank lines (the templates' conditional sections leave none)."""
+    text = environment().get_template(template).render(**context)
+    if not template.endswith(".md.j2"):
+        return text
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
 
 
 def markdown(table: Table) -> list[str]:

@@ -180,6 +180,13 @@ def _row(*cells: Cell | str, starts_group: bool = False) -> Row:
     return Row(tuple(c if isinstance(c, Cell) else Cell(c) for c in cells), starts_group)
 
 
+def text_table(columns: Sequence[str], rows: Iterable[Sequence[Cell | str]], headers: int = 1,
+               title: str = "") -> Table:
+    """A table of names and texts (a report section: the sources, the recall budget, the controls check, ...): each
+    row's cells as given, a string as a plain cell."""
+    return Table(tuple(columns), tuple(_row(*r) for r in rows), headers=headers, title=title)
+
+
 @dataclass(frozen=True)
 class MinExamples:
     """The fewest examples a figure of a report may rest on: ``default`` for every method, ``of`` per method in its

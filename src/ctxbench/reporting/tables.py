@@ -12,7 +12,7 @@ from ctxbench.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import run_summary
-from ctxbench.reporting.render import markdown
+from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import comparison_tables, rows_from_summary, summary_tables
 from ctxbench.results import JobFiles
 
@@ -32,33 +32,17 @@ def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorer
     return written
 
 
-def markdown_comparisons(comparisons: list[dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
-                         views: list[str], level: float) -> list[str]:
-    """One table per scorer: rows = method pair x view, columns = metrics (``results_table.comparison_tables``)."""
-    if not comparisons:
-        return []
-    lines = ["## Paired comparisons", "",
-             f"A − B on the examples both methods scored: mean difference with its {level:.0%} bootstrap interval "
-             f"(pairs resampled) and the Wilcoxon signed-rank p-value; bold: the interval excludes 0 and "
-             f"p < {1 - level:.2g}. (docs/metrics.md#statistics)",
-             ""]
-    for t in comparison_tables(comparisons, descriptions, views):
-        lines += [f"### {t.title}", "", *markdown(t), ""]
-    return lines
-
-
 def markdown_summary(summary: dict[str, dict[str, Any]], descriptions: Mapping[str, dict[str, Any]],
                      views: list[str], title: str, comparisons: list[dict[str, Any]] = (),
                      level: float = 0.95) -> str:
-    """One table per scorer (``descriptions``: ``Scorer.describe()`` by name; ``results_table.summary_tables``, the
-    tables of the job's report.html too): rows = methods, columns = view x metric (mean [bootstrap interval], or
-    mean ± std without one), then the examples scored of those the method ran on and the seconds per example; then
-    the paired comparisons, if any."""
+    """``summary.md`` (``summary.md.j2``): one table per scorer (``descriptions``: ``Scorer.describe()`` by name;
+    ``results_table.summary_tables``, the tables of the job's report.html too): rows = methods, columns = view x
+    metric (mean [bootstrap interval], or mean ± std without one), then the examples scored of those the method ran
+    on and the seconds per example; then the paired comparisons, if any, one table per scorer (rows = method pair x
+    view, columns = metrics: ``results_table.comparison_tables``)."""
     rows = rows_from_summary({"methods": summary, "views": views, "scorers": descriptions})
-    lines = [f"# {title}", ""]
-    for t in summary_tables(rows, descriptions, views):
-        lines += [f"## {t.title}", "", *markdown(t), ""]
-    return "\n".join(lines + markdown_comparisons(list(comparisons), descriptions, views, level))
+    return render_page("summary.md.j2", title=title, tables=summary_tables(rows, descriptions, views), level=level,
+                       comparisons=comparison_tables(list(comparisons), descriptions, views) if comparisons else [])
 
 
 def write_job_summary(output_dir: Path, methods: list[str], scorers: dict[str, Scorer], views: list[str], *,
@@ -73,8 +57,8 @@ def write_job_summary(output_dir: Path, methods: list[str], scorers: dict[str, S
     summary = full["methods"]
     write_mode_csvs(output_dir, summary, scorers, views)
     md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
-    job.summary_md.write_text(md + "\n", encoding="utf-8")
+    job.summary_md.write_text(md, encoding="utf-8")
     for scorer in scorers.values():
         scorer.write_plots(records, views, output_dir)
-    print(md)
+    print(md, end="")
     return summary

@@ -16,6 +16,8 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ctxbench.errors import ConfigError
+from ctxbench.reporting.render import render_page
+from ctxbench.reporting.results_table import Cell, Table, text_table
 from ctxbench.results import RETRIEVAL_JSON, RETRIEVAL_MD, is_attribution_job, job_dirs
 from ctxbench.retrieval.metrics import parse_metric_key
 
@@ -32,21 +34,20 @@ def _fmt(v: float) -> str:
     return f"{100 * v:.3f}"
 
 
-def _table(header: list[str], rows: list[list[Optional[float]]], names: list[list[str]]) -> list[str]:
-    """Markdown lines: per row its ``names`` cells, the average (empty when None: a cell is missing), then the
-    values (``-`` when missing); values x100, each column's maximum in bold."""
+def _table(header: list[str], rows: list[list[Optional[float]]], names: list[list[str]], title: str = "") -> Table:
+    """Per row its ``names`` cells, the average (empty when None: a cell is missing), then the values (``-`` when
+    missing); values x100, each column's maximum in bold."""
     cols = list(zip(*rows)) if rows else []
     best = [max((v for v in c if v is not None), default=None) for c in cols]
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    for name, row in zip(names, rows):
-        cells = [("" if j == 0 else "-") if v is None else (f"**{_fmt(v)}**" if v == best[j] else _fmt(v))
-                 for j, v in enumerate(row)]
-        lines.append("| " + " | ".join(name + cells) + " |")
-    return lines
+    def cell(j: int, v: Optional[float]) -> Cell:
+        return Cell("" if j == 0 else "-") if v is None else Cell(_fmt(v), strong=v == best[j])
+
+    return text_table(header, [[*name, *[cell(j, v) for j, v in enumerate(row)]] for name, row in zip(names, rows)],
+                      headers=2, title=title)
 
 
-def metric_tables(entries: list[dict], eval_metrics: Iterable[str]) -> str:
-    """One Markdown table per metric (module doc)."""
+def metric_tables(entries: list[dict], eval_metrics: Iterable[str]) -> list[Table]:
+    """One table per metric (module doc), titled by the metric."""
     columns = sorted({e["column"] for e in entries})
     keys = sorted({(e["model"], e["reranker"]) for e in entries})
     cell = {(e["model"], e["reranker"], e["column"]): e["metrics"] for e in entries}
@@ -58,12 +59,17 @@ def metric_tables(entries: list[dict], eval_metrics: Iterable[str]) -> str:
             avg = None if any(v is None for v in values) else float(np.mean(values))
             rows.append([avg, *values])
             names.append([model, reranker])
-        out += [f"## {metric_label(metric)} ({metric}, x100)", "",
-                *_table(["Model", "Reranker", "average", *columns], rows, names), ""]
-    notes = sorted({n for e in entries for n in e.get("notes", [])})
-    if notes:
-        out += ["Notes:", "", *[f"- {n}" for n in notes], ""]
-    return "\n".join(out)
+        out.append(_table(["Model", "Reranker", "average", *columns], rows, names,
+                          title=f"{metric_label(metric)} ({metric}, x100)"))
+    return out
+
+
+def retrieval_markdown(title: str, entries: list[dict], eval_metrics: Iterable[str],
+                       evidence: Optional[Table] = None) -> str:
+    """A retrieval report's Markdown (``retrieval.md.j2``): the metric tables, the entries' notes, the evidence
+    table."""
+    return render_page("retrieval.md.j2", title=title, tables=metric_tables(entries, eval_metrics),
+                       notes=sorted({n for e in entries for n in e.get("notes", [])}), evidence=evidence)
 
 
 def write_job_report(output_dir: Path, entries: list[dict], eval_metrics: list[str], extra: dict[str, Any],
@@ -73,7 +79,7 @@ def write_job_report(output_dir: Path, entries: list[dict], eval_metrics: list[s
 
     doc = {"eval_metrics": list(eval_metrics), "results": entries, **extra}
     atomic_write_text(Path(output_dir) / RESULTS_JSON, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    md = f"# {title}\n\n" + metric_tables(entries, eval_metrics)
+    md = retrieval_markdown(title, entries, eval_metrics)
     atomic_write_text(Path(output_dir) / RESULTS_MD, md)
     return md
 
@@ -111,7 +117,7 @@ def gather(jobs: list[Path]) -> tuple[list[dict], list[str]]:
     return entries, metrics
 
 
-def evidence_table(entries: list[dict], attribution: list, view: str, eval_metrics: list[str]) -> Optional[str]:
+def evidence_table(entries: list[dict], attribution: list, view: str, eval_metrics: list[str]) -> Optional[Table]:
     """Retrievers (sentence Recall@k of the context-retrieval splits) and attribution methods (token Recall@10% of
     the ``recovery`` mode) as rows, the tasks as columns; None when neither side has a figure."""
     recall_keys = [m for m in eval_metrics if parse_metric_key(m)[0] == "recall"] or ["recall_at_10"]
@@ -140,11 +146,7 @@ def evidence_table(entries: list[dict], attribution: list, view: str, eval_metri
     for k in keys:
         vals = [rows[k].get(d) for d in datasets]
         values.append([None if any(v is None for v in vals) else float(np.mean(vals)), *vals])
-    lines = ["## Evidence recall: retrievers and attribution methods (x100)", "",
-             "Retrieval: share of the evidence sentences among the top k context sentences; attribution: share of the "
-             "evidence tokens among the top 10% of prompt tokens.", "",
-             *_table(["Method", "Kind", "Measure", "average", *datasets], values, [list(k) for k in keys]), ""]
-    return "\n".join(lines)
+    return _table(["Method", "Kind", "Measure", "average", *datasets], values, [list(k) for k in keys])
 
 
 def write_report(jobs: list[Path], attribution: list, output_dir: str | Path, view: str = "seq") -> tuple[Path, str]:
@@ -152,10 +154,7 @@ def write_report(jobs: list[Path], attribution: list, output_dir: str | Path, vi
     from ctxbench.files import atomic_write_text
 
     entries, metrics = gather(jobs)
-    md = "# Retrieval\n\n" + metric_tables(entries, metrics)
-    evidence = evidence_table(entries, attribution, view, metrics)
-    if evidence:
-        md += "\n" + evidence
+    md = retrieval_markdown("Retrieval", entries, metrics, evidence_table(entries, attribution, view, metrics))
     out = Path(output_dir)
     atomic_write_text(out / "retrieval_report.json", json.dumps(
         {"eval_metrics": metrics, "results": entries, "jobs": [str(j) for j in jobs]}, indent=2) + "\n")
