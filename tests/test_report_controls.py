@@ -100,10 +100,11 @@ def test_the_variants_page_names_the_controls_and_keeps_their_marks():
 
     fig = {"mean": 0.9, "n": 12}
     t = {"caption": "evidence CoT (labelled synthetic)", "datasets": ["t"], "min_examples": 10,
-         "cells": [{"dataset": "t", "method": "flash", "n": 12, "figures": {"Recall@10%": {"mean": 0.6, "n": 12}}},
+         "cells": [{"dataset": "t", "method": "flash", "n": 12, "figures": {"Recall@10%": {"mean": 0.6, "n": 12},
+                                                                             "LDS": {"mean": 0.4, "n": 12}}},
                    {"dataset": "t", "method": "copy_match", "n": 12, "figures": {"Recall@10%": fig}}],
          "controls": [{"dataset": "t", "metric": "Recall@10%", "controls": [
              {"control": "copy_match", "at_least_as_good": True}]}]}
     md = variants_markdown([("runs/ev/report", t)], {})
-    assert f"| copy_match (control) | – / – / – | – / – / 0.900{MARK} |" in md
-    assert "| flash | – / – / – | – / – / 0.600 |" in md
+    assert f"| copy_match (control) | – / – / – | – / – / 0.900{MARK} / – |" in md
+    assert "| flash | – / – / – | – / – / 0.600 / 0.400 |" in md  # RISE / MAS / Recall@10% / LDS

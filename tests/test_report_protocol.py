@@ -195,9 +195,9 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     assert out == {"variants": str(tmp_path / "out" / "variants.md")}
     assert "| method | paper | gold continuation, no CoT | evidence CoT (labelled synthetic) |" in md
     # the paper's figures (resources/table1/paper.csv), then each variant's; under min_examples: too few
-    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 | too few (3) / too few (3) / " \
-           "too few (3) |" in md
-    assert "| attention | – / – / – | 0.600 / 0.600 / 0.500 |" in md
+    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 / – | too few (3) / too few (3) / " \
+           "too few (3) / – |" in md  # no LDS scored: "–"
+    assert "| attention | – / – / – | 0.600 / 0.600 / 0.500 / – |" in md
     # a minimum of the method's own (IG in the paper's protocol), given to the report stage: its figures with n
     report_stage(OmegaConf.create({"runs": [str(p) for p in {j.path.parent for j in jobs}], "view": "row",
                                    "paper": True, "min_examples": 5, "min_examples_of": {"ifr_multi_hop_both": 3},
@@ -209,8 +209,8 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     assert re.search(r"\| ifr_multi_hop_both \| [\d.]+ \[[^]]+\] \(n=3\) \|", page), page
     report_stage(OmegaConf.create({"runs": [], "variants": [str(tmp_path / "gold"), str(tmp_path / "own")]}),
                  tmp_path / "out2")
-    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 | 0.100 (n=3) / 0.100 (n=3) / " \
-           "0.500 (n=3) |" in (tmp_path / "out2" / "variants.md").read_text()
+    assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 / – | 0.100 (n=3) / 0.100 (n=3) / " \
+           "0.500 (n=3) / – |" in (tmp_path / "out2" / "variants.md").read_text()
     # FlashTrace best and IFR second here on RISE, as in the paper (RISE 0.068 < 0.075): the one pair kept
     assert "RISE 1/1" in md and "all: 0.50, 0.500; non-stop: 0.50, 0.500" in md
     with pytest.raises(ValueError, match="runs: name the run_exp"):

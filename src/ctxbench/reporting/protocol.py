@@ -209,7 +209,8 @@ def deletion_set_table(rows: list[dict[str, Any]]) -> Table:
 
 # --- the variants side by side --------------------------------------------------------------------------------------
 
-VARIANT_METRICS = ("RISE", "MAS", "Recall@10%")
+PAPER_METRICS = ("RISE", "MAS", "Recall@10%")  # the paper's Table 1
+VARIANT_METRICS = (*PAPER_METRICS, "LDS")  # and the set-free metric of the controls check (mode=lds)
 
 
 def _short(caption: Optional[str], fallback: str) -> str:
@@ -218,9 +219,9 @@ def _short(caption: Optional[str], fallback: str) -> str:
 
 def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
     """Several Table-1 reports (``(folder, table1.json)``, one per variant of the targets) beside the paper's Table 1
-    (``variants.md.j2``): per task, each method's RISE / MAS / Recall@10% in the paper and in each variant (mean, and
-    N when it differs from the variant's task N), then per variant the model's accuracy, the recall budget and
-    ceiling of each definition, and how many of the paper's pairwise orders the variant keeps."""
+    (``variants.md.j2``): per task, each method's RISE / MAS / Recall@10% in the paper and with LDS in each variant
+    (mean, and N when it differs from the variant's task N), then per variant the model's accuracy, the recall budget
+    and ceiling of each definition, and how many of the paper's pairwise orders the variant keeps."""
     names = [_short(t.get("caption"), Path(d).parent.name) for d, t in reports]
     tasks = []
     for task in dict.fromkeys(d for _, t in reports for d in t["datasets"]):
@@ -229,7 +230,7 @@ def variants_markdown(reports: list[tuple[str, dict]], paper: dict) -> str:
         rows = []
         for me in methods:
             row = [f"{me} (control)" if is_control(me) else me,
-                   " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in VARIANT_METRICS)]
+                   " / ".join(_fig(paper.get((task, me), {}).get(k)) for k in PAPER_METRICS)]
             for t, cells in per:
                 c = cells.get(me)
                 least = MinExamples(t.get("min_examples") or 0, t.get("min_examples_of") or {})
@@ -292,7 +293,7 @@ def _kept_orders(t: dict, task: str) -> str:
 
 # --- model families side by side -------------------------------------------------------------------------------------
 
-FAMILY_METRICS = ("RISE", "MAS", "RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "Recall@10%")
+FAMILY_METRICS = ("RISE", "MAS", "RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "Recall@10%", "LDS", "Drop@1")
 
 
 def _family_name(folder: str, t: dict) -> str:
