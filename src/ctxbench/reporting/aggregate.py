@@ -166,10 +166,10 @@ def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dic
 
 
 def ranked_cells(cells: dict[tuple[str, str], dict], least: MinExamples) -> dict[tuple[str, str], dict]:
-    """``cells`` with each figure that rests on fewer examples than its method's minimum set to None: the table
-    shows such a figure as "too few (n)", so the orderings built from the cells must not rank it either."""
-    return {key: {**cell, **{label: None for label, st in cell["stats"].items()
-                              if st.get("n") is not None and least.too_few(cell["method"], st["n"])}}
+    """``cells`` with each figure the report does not rank (``MinExamples.ranked``: no mean, or on fewer examples
+    than its method's minimum, shown as "too few (n)") set to None, so the orderings built from the cells skip it as
+    the charts and the controls check do."""
+    return {key: {**cell, **{label: None for label in cell["stats"] if least.ranked(cell, label) is None}}
             for key, cell in cells.items()}
 
 
