@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -187,6 +187,14 @@ def source_sentences(units: SentenceUnits, ctx) -> list[int]:
     return [u for u, cols in enumerate(units.prompt) if not query.intersection(cols.tolist())]
 
 
+def dropped_positions(ctx, sources: Sequence[np.ndarray], keeps: Iterable[Sequence[bool]]) -> list[torch.Tensor]:
+    """Per mask over ``sources`` (each a source's prompt-token indices, 0..P-1), the absolute positions of the
+    tokens of the sources it leaves out (an empty tensor when it keeps them all)."""
+    positions = [ctx.prompt_positions[torch.as_tensor(s, device=ctx.prompt_positions.device)] for s in sources]
+    return [torch.cat([ctx.prompt_positions[:0]] + [positions[j] for j in np.flatnonzero(~np.asarray(k, dtype=bool))])
+            for k in keeps]
+
+
 # --- the method ---------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -238,9 +246,7 @@ class ContextCiteAttributor(Attributor):
             rng = example_rng(self.seed, ctx.input_ids.detach().cpu().numpy())
             masks = ablation_masks(rng, self.n_ablations, len(sources), self.keep_prob)
             folds = fold_of(self.n_ablations, self.cv_folds, rng)
-            positions = [units.prompt_positions(ctx, u) for u in sources]
-            dropped = [torch.cat([ctx.prompt_positions[:0]] + [positions[j] for j in np.flatnonzero(~keep)])
-                       for keep in masks]
+            dropped = dropped_positions(ctx, [units.prompt[u] for u in sources], masks)
             log_p = self._token_logprobs(model, tokenizer, ctx, dropped)[:, rows].sum(1)
             y = logit_of_probability(log_p) if self.target == "logit_prob" else log_p
             fit = fit_surrogate(masks, y, self.alpha, len(rows), folds)

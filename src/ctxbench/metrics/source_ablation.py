@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from ctxbench.attribution.base import InputContext
-from ctxbench.attribution.context_cite import ablation_masks, deleted_token_logprobs, example_rng, source_sentences
+from ctxbench.attribution.context_cite import (ablation_masks, deleted_token_logprobs, dropped_positions, example_rng,
+                                               source_sentences)
 from ctxbench.attribution.perturbation import SentenceUnits
 from ctxbench.attribution.memory import ablation_passes
 from ctxbench.files import atomic_write_text, safe_filename
@@ -110,9 +110,7 @@ class AblationStore:
         todo = list(dict.fromkeys(bits(k) for k in subsets if bits(k) not in ab.scores))
         if todo:
             ctx = InputContext.from_model_input(model, prepared.model_input)
-            deletions = [torch.cat([ctx.prompt_positions[:0]] + [ctx.prompt_positions[torch.as_tensor(
-                ab.sources[j], device=ctx.prompt_positions.device)] for j, c in enumerate(b) if c == "0"])
-                for b in todo]
+            deletions = dropped_positions(ctx, ab.sources, ([c == "1" for c in b] for b in todo))
             logp = deleted_token_logprobs(model, ctx.input_ids, ctx.gen_start, deletions, eos_id(tokenizer),
                                           batch_size)
             s, e = prepared.sink_span if prepared.sink_span is not None else (0, ctx.G - 1)
