@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from ctxbench.assets import package_dir
+from ctxbench.utils.assets import package_dir
 from ctxbench.models.embedder import Embedder
 
 

@@ -13,11 +13,11 @@ the question last; the generated part is teacher-forced: more haystack prose as 
 "Answer: \\box{<number>}" and EOS. The sink span is the answer, the thinking span the rest (only lengths matter for
 the cost; the text is real so sentence-based methods see real sentences).
 
-Each method is built from its own ``conf/attribution/<name>.yaml`` (Hydra compose + ``ctxbench.parts.build``) and every
-(method, length) runs in a fresh child process: the model is loaded (fp32, eager attention, as the run stage loads it),
-warmed with a short pass, the kernel's peak-RSS mark is reset (``/proc/self/clear_refs`` = 5), and the method runs once.
-Peak memory added = VmHWM after the call - VmRSS before it: the exact resident high-water mark of the call, all
-allocators included (torch's CPU allocator returns large blocks to the OS, so this is what the method needs).
+Each method is built from its own ``conf/attribution/<name>.yaml`` (Hydra compose + ``ctxbench.core.part.build``) and
+every (method, length) runs in a fresh child process: the model is loaded (fp32, eager attention, as the run stage
+loads it), warmed with a short pass, the kernel's peak-RSS mark is reset (``/proc/self/clear_refs`` = 5), and the
+method runs once. Peak memory added = VmHWM after the call - VmRSS before it: the exact resident high-water mark of the
+call, all allocators included (torch's CPU allocator returns large blocks to the OS, so this is what the method needs).
 Beside it, the estimate the run stage checks up front (``Attributor.memory_need``, ctxbench.attribution.memory) and
 measured / estimate.
 Time: wall (perf_counter) and CPU (process_time, all threads) of the ``attribute`` call. The unit per length is one
@@ -69,8 +69,8 @@ def build_method(name: str, overrides: tuple[str, ...] = ()):
     from hydra import compose, initialize_config_dir
 
     from ctxbench.attribution import Attributor
-    from ctxbench.conf import CONF_DIR, register_configs
-    from ctxbench.parts import build
+    from ctxbench.stages.conf import CONF_DIR, register_configs
+    from ctxbench.core.part import build
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

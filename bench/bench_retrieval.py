@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def compose_run(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from ctxbench.conf import register_configs
+    from ctxbench.stages.conf import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ctxbench.assets import package_dir  # noqa: E402
+from ctxbench.utils.assets import package_dir  # noqa: E402
 from ctxbench.datasets.wiki_demo import write_wiki_demo  # noqa: E402
 from ctxbench.retrieval.data import document_text  # noqa: E402
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.part import neutral, param
+from ctxbench.core.part import neutral, param
 from ctxbench.retrievers.base import Retrieved, TextRetriever, top_k
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.metrics.scorer import Metric, Scorer
 
 

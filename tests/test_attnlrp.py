@@ -20,9 +20,9 @@ from ctxbench.attribution.attnlrp import AttnLRPAttributor, FTAttnLRPAttributor,
 from ctxbench.attribution.base import InputContext
 from ctxbench.attribution.lrp_rules import identity_rule, linear_rule, uniform_rule
 
-from helpers.tiny_models import FakeTokenizer, make_input, story_input, tiny_model
+from helpers.tiny_models import FakeTokenizer, family_members, make_input, story_input, tiny_model
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
+FAMILIES = family_members()  # one tiny decoder per member of every family (attribution.families.FAMILIES)
 
 
 def _f64(*shape, seed=0):

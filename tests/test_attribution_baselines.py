@@ -129,6 +129,6 @@ def test_integrated_gradients_resume_mid_example_from_their_partial_sum(model, t
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert not list((tmp_path / "partial").iterdir())  # removed once the example is done
     # a setting that changes the result is not neutral; partial_dir is (results made with or without it compare)
-    from ctxbench.part import settings_of
+    from ctxbench.core.part import settings_of
 
     assert "partial_dir" not in settings_of(ig)

@@ -13,9 +13,9 @@ from ctxbench.attribution import capture, per_token_ifr, reconstruct_x_mid, span
 from ctxbench.attribution import multi_hop as mh
 from ctxbench.attribution.ifr import IFRConfig
 
-from helpers.tiny_models import FakeTokenizer, make, make_input, tiny_model
+from helpers.tiny_models import FakeTokenizer, family_members, make, make_input, tiny_model
 
-FAMILIES = ["llama", "qwen2", "qwen3", "gemma3", "gpt2"]
+FAMILIES = family_members()  # one tiny decoder per member of every family (attribution.families.FAMILIES)
 EAGER = dict(forward_attn_impl=None)  # capture with the loaded eager kernel, like capture() below
 
 
@@ -424,3 +424,23 @@ def test_overshoot_screen_equals_full_computation(fam, scale):
         got = lv.overshoot(a, y, sg)
         torch.testing.assert_close(got, full, atol=1e-6, rtol=1e-5)
         assert bool((got[full == 0] == 0).all())
+
+
+def test_each_family_reads_its_own_tiny_members_and_the_refusal_names_them_all():
+    """``FAMILIES`` is the one list: every family has tiny members, each read by that family's adapter (not by a
+    catch-all one), and the refusal of a decoder no family reads names every family's label."""
+    from transformers import AutoModelForCausalLM, GPTNeoXConfig
+
+    from ctxbench.attribution.families import FAMILIES, UnsupportedModelError, adapter_for
+
+    for family in FAMILIES:
+        members = family.tiny_configs(64)
+        assert members, family
+        for name in members:
+            assert type(adapter_for(tiny_model(name))) is family, name
+    neox = AutoModelForCausalLM.from_config(GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                                          num_attention_heads=2, intermediate_size=64))
+    with pytest.raises(UnsupportedModelError) as err:
+        adapter_for(neox)
+    assert str(err.value) == ("model_type='gpt_neox': IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders, Gemma 3 "
+                              "and GPT-2")

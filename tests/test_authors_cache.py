@@ -7,10 +7,10 @@ import json
 import pytest
 
 from ctxbench.datasets import CachedJsonl, Paths, RulerTask
-from ctxbench.errors import DataError, ExampleRefused
+from ctxbench.core.errors import DataError, ExampleRefused
 from ctxbench.evaluation import example_spans, prepare_example
 from ctxbench.example import CachedExample, ExampleStore, read_examples
-from ctxbench.parts import build
+from ctxbench.core.part import build
 from ctxbench.sampling import attach_spans
 
 from helpers.cli import run_script

@@ -1,4 +1,4 @@
-"""Batches halved on CUDA out-of-memory (ctxbench.batching), tested on CPU with fakes that raise the error above a
+"""Batches halved on CUDA out-of-memory (ctxbench.utils.batching), tested on CPU with fakes that raise the error above a
 size: every item is processed exactly once, the size that worked is kept, the forward passes reported are the ones
 the fake saw complete, and deletion and ablation scores are unchanged."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxbench.batching import BatchRun, run_in_batches
+from ctxbench.utils.batching import BatchRun, run_in_batches
 from ctxbench.metrics.faithfulness import faithfulness_for_views, sequence_logprobs
 from ctxbench.prompts.formats import ModelInput
 

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from nltk.tokenize import NLTKWordTokenizer
 from rank_bm25 import BM25Okapi
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.retrievers.base import row_text
 from ctxbench.retrievers.bm25 import BM25Retriever, nltk_tokenize
 from ctxbench.retrievers.pool import example_rows, load_pool

@@ -1,5 +1,5 @@
-"""The cgroup headroom (ctxbench.cgroup) on hand-made cgroup file systems of both versions, and free_bytes taking it
-where it is below the host's available memory."""
+"""The cgroup headroom (ctxbench.utils.cgroup) on hand-made cgroup file systems of both versions, and free_bytes taking
+it where it is below the host's available memory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxbench.attribution import memory
-from ctxbench.cgroup import memory_headroom
+from ctxbench.utils.cgroup import memory_headroom
 
 MIB = 2 ** 20
 

@@ -16,13 +16,13 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ctxbench.tracking.base import Tracker
 from ctxbench.attribution import Attributor
-from ctxbench.conf import register_configs
+from ctxbench.stages.conf import register_configs
 from ctxbench.datasets.base import Dataset
 from ctxbench.generators.base import Generator
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import Part
-from ctxbench.parts import build, build_all, find_targets
+from ctxbench.core.part import Part
+from ctxbench.core.part import build, build_all, find_targets
 from ctxbench.rerankers.base import Reranker
 from ctxbench.retrieval.data import RetrievalData
 from ctxbench.retrieval.mode import RetrievalMode
@@ -39,7 +39,7 @@ from helpers.records import RULER_LINE, write_jsonl, write_ruler_task
 GROUP_OPTIONS = sorted((p.parent.name, p.stem) for p in CONF.glob("*/*.yaml") if p.parent.name != "hydra")
 MAIN_CONFIGS = ("run", "sample", "prepare")
 # The groups whose options are parts (conf/<group>/<option>.yaml names a class by _target_) and the base every option
-# must build into, as the stages build them (ctxbench.parts.build); attribution and mode select several options at
+# must build into, as the stages build them (ctxbench.core.part.build); attribution and mode select several options at
 # once, each under its own key.
 PART_BASES = {
     "attribution": Attributor,

@@ -10,7 +10,7 @@ from ctxbench.datasets import (MoreHopQA, Paths, RulerJsonl, RulerTask, load_mor
                                morehopqa_sample)
 from ctxbench.datasets.ruler import ruler_target
 from ctxbench.datasets.sentences import join_sentences, split_sentences
-from ctxbench.errors import DataError, UnknownDatasetError
+from ctxbench.core.errors import DataError, UnknownDatasetError
 
 from helpers.records import write_jsonl
 
@@ -219,7 +219,7 @@ def test_a_cache_made_from_other_data_or_for_another_model_never_stands_in(tmp_p
     """A sampled cache whose settings record (written by the sampling stage) names another length, data file,
     generation setting or model is refused with one error naming the cache and each difference; a cache made from
     the data asked for is read; a cache without a record (made elsewhere) is read as it is."""
-    from ctxbench.cache_record import config_path
+    from ctxbench.core.cache_record import config_path
 
     paths = Paths(data_dir=str(tmp_path / "data"), samples_dir=str(tmp_path / "samples"))
     write_jsonl(tmp_path / "data" / "ruler_multihop" / "512" / "niah_mq_q2" / "validation.jsonl", RULER_LINES)

@@ -5,7 +5,7 @@ import pytest
 
 from ctxbench.attribution import AttributionResult
 from ctxbench.datasets.ruler import ruler_example
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.evaluation import VIEW_NAMES, example_spans, prepare_example, view_weights
 from ctxbench.example import CachedExample
 from ctxbench.metrics.coverage import CoverageScorer

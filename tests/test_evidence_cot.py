@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ctxbench.datasets import Paths, RulerTask
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.example import CachedExample
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.generators.evidence_cot import EvidenceCoTGenerator, answer_sentence

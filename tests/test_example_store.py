@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples, validate_example
 
 from helpers.records import write_jsonl
@@ -170,11 +170,11 @@ def test_store_refuses_a_second_writer_and_loses_nothing(tmp_path):
 
 
 def test_store_lock_file_lives_as_long_as_the_writer(tmp_path):
-    """The writer's lock is ``<file>.lock`` (ctxbench.locks, the project's one lock scheme): it goes when the writer
-    closes, so the folder keeps no trace of it; a refused writer leaves the holder's lock alone; one left behind by a
-    killed writer is held by nobody and does not block the rerun; a file refused for its content leaves the folder
+    """The writer's lock is ``<file>.lock`` (ctxbench.utils.locks, the project's one lock scheme): it goes when the
+    writer closes, so the folder keeps no trace of it; a refused writer leaves the holder's lock alone; one left behind
+    by a killed writer is held by nobody and does not block the rerun; a file refused for its content leaves the folder
     as it was."""
-    from ctxbench.locks import lock_path
+    from ctxbench.utils.locks import lock_path
 
     p, lock = tmp_path / "cache.jsonl", lock_path(tmp_path / "cache.jsonl")
     with ExampleStore(p) as store:

@@ -8,15 +8,15 @@ import time
 import pytest
 import torch
 
-from ctxbench.errors import ConfigError, DataError
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.generators import GenerationRequest, Generator
 from ctxbench.generators.hf import HFGenerator, render_chat
 from ctxbench.generators.openai import OpenAIGenerator
 from ctxbench.generators.replay import ReplayGenerator
 from ctxbench.models.openai_client import ChatClient, ChatError
-from ctxbench.parts import build
+from ctxbench.core.part import build
 from ctxbench.boxed import split_boxed_generation
-from ctxbench.tokens import eos_ids
+from ctxbench.utils.tokens import eos_ids
 
 from helpers.chat_server import KEY, KEY_ENV
 from helpers.configs import compose_stage

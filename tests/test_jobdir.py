@@ -188,7 +188,7 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
     out = run_script("run_exp.py", *common, "progress=true", cwd=tmp_path, env={"CTXBENCH_PROGRESS_EVERY_S": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
     logged = out.stdout  # the log on stdout (Hydra's)
-    bar = "\n".join(line for line in logged.splitlines() if "[ctxbench.progress]" in line)
+    bar = "\n".join(line for line in logged.splitlines() if "[ctxbench.utils.progress]" in line)
     assert "\r" not in out.stderr and "run_exp niah_mq_q2" not in out.stderr  # no terminal bar in a pipe
     (job,) = (tmp_path / "outputs" / "run_exp" / "niah_mq_q2").iterdir()
     folder = f"outputs/run_exp/niah_mq_q2/{job.name}"
@@ -204,6 +204,6 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
     out = run_script("run_exp.py", "-m", *common, "progress=false", "seed=1,2", cwd=tmp_path,
                      env={"CTXBENCH_PROGRESS_EVERY_S": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "[ctxbench.progress]" not in out.stdout  # progress=false: no progress lines
+    assert "[ctxbench.utils.progress]" not in out.stdout  # progress=false: no progress lines
     (sweep,) = (tmp_path / "outputs" / "multirun" / "run_exp").iterdir()
     assert f"(sweep folder outputs/multirun/run_exp/{sweep.name})" in out.stdout

@@ -3,10 +3,10 @@ rule, the model judge (a stand-in LM; slow: SmolLM2) and the openai judge agains
 
 import pytest
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.generators import Generation
 from ctxbench.models.spec import ModelConfig
-from ctxbench.parts import build
+from ctxbench.core.part import build
 from ctxbench.sampling import (JUDGE_SYSTEM_PROMPT, Judge, JudgeItem, ModelJudge, OpenAIJudge, RuleJudge, Verdict,
                                judge_messages, normalize_answer, parse_judge_response)
 

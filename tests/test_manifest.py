@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from ctxbench.manifest import REDACTED, build_manifest, write_manifest
+from ctxbench.jobs.manifest import REDACTED, build_manifest, write_manifest
 
 from helpers.paths import ROOT
 

@@ -10,7 +10,7 @@ import pytest
 
 from ctxbench.attribution.memory import (GIB, WORKSPACE, ModelShape, Need, check_fits, forward_transient,
                                          ifr_capture, saved_for_backward, scored_logits)
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.stages.run import RESULTS, run_stage
 
 from helpers.cli import run_script

@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
-from ctxbench.assets import package_dir
+from ctxbench.utils.assets import package_dir
 from ctxbench.models import causal_lm
 from ctxbench.models.causal_lm import ModelSource, pick_dtype
 from ctxbench.models.openai_client import OpenAIChat, api_key

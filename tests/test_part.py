@@ -1,7 +1,7 @@
-"""The shared part base (ctxbench.part): settings() leaves out the fields declared neutral and adds identity(), and the
-same rule decides the run fingerprint, the report's consistency check, stored search results and sampled caches. A
-retriever written outside the library with a neutral num_workers field runs through mode=retrieval, the sampling
-stage and preview_prompts, and what it stored is reused when only num_workers changes."""
+"""The shared part base (ctxbench.core.part): settings() leaves out the fields declared neutral and adds identity(),
+and the same rule decides the run fingerprint, the report's consistency check, stored search results and sampled
+caches. A retriever written outside the library with a neutral num_workers field runs through mode=retrieval, the
+sampling stage and preview_prompts, and what it stored is reused when only num_workers changes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Optional
 
 import pytest
 
-from ctxbench.errors import ConfigError, DataError
-from ctxbench.part import Part, neutral, neutral_fields, settings_of, without_neutral
+from ctxbench.core.errors import ConfigError, DataError
+from ctxbench.core.part import Part, neutral, neutral_fields, settings_of, without_neutral
 
 from helpers.configs import compose_stage, plugin_option, sample_cfg
 from helpers.paths import CACHE_DIR, CONF, ROOT
@@ -78,7 +78,7 @@ def test_the_run_fingerprint_ignores_neutral_fields_only():
 
 def test_the_reports_check_lets_neutral_fields_differ():
     from ctxbench.reporting.aggregate import check_consistent
-    from ctxbench.results import JobRun
+    from ctxbench.jobs.results import JobRun
 
     def job(**faith):
         node = {"_target_": "ctxbench.metrics.faithfulness.FaithfulnessScorer", "steps": 10, "batch_size": 4, **faith}
@@ -93,7 +93,7 @@ def test_the_reports_check_reads_a_setting_a_run_predates_as_its_default():
     """Runs written before ``memory_check`` existed had its default behaviour (no check; a check changes no figure
     either way), so they join a newer run that records the default, and not one that records something else."""
     from ctxbench.reporting.aggregate import check_consistent
-    from ctxbench.results import JobRun
+    from ctxbench.jobs.results import JobRun
     from ctxbench.stages.report import run_defaults, with_defaults
 
     def job(**top):  # as the report stage reads a run: the settings it lacks at the schema's defaults
@@ -164,7 +164,7 @@ def test_a_plugin_retriever_through_retrieval_sampling_and_preview(tmp_path, mon
 # --- value checks declared on the fields -----------------------------------------------------------------------------
 
 def test_a_check_says_why_in_one_style():
-    from ctxbench.part import Check
+    from ctxbench.core.part import Check
 
     assert Check(ge=1).problem(0) == "must be >= 1" and Check(ge=1).problem(1) is None
     assert Check(gt=0).problem(0) == "must be > 0" and Check(gt=0).problem(1e-12) is None
@@ -178,14 +178,14 @@ def test_a_check_says_why_in_one_style():
     assert Check(choices=("a",)).problem(None) == "must be set"
     assert Check(ge=1, nullable=True).problem(None) is None
     # null allowed where it is one of the choices, though not the default (bm25's stopwords)
-    from ctxbench.part import CHECK, param
+    from ctxbench.core.part import CHECK, param
 
     assert param("en", choices=(None, "en")).metadata[CHECK].problem(None) is None
     assert param("en", choices=("en", "fr")).metadata[CHECK].problem(None) == "must be set"
 
 
 def _checked_classes():
-    from ctxbench.part import param
+    from ctxbench.core.part import param
 
     seen = []
 
@@ -235,7 +235,7 @@ def _part_classes():
     from hydra.utils import get_class
 
     from ctxbench.models.embedder import Embedder
-    from ctxbench.parts import find_targets
+    from ctxbench.core.part import find_targets
     from ctxbench.retrievers.ann import IndexSettings
 
     classes = {get_class(t) for t in find_targets(CONF).values()} | {Embedder, IndexSettings}
@@ -244,7 +244,7 @@ def _part_classes():
 
 def _outside(check):
     """Values just outside each bound and choice of a check, with the message each gets."""
-    from ctxbench.part import Check
+    from ctxbench.core.part import Check
 
     out = []
     if check.choices is not None:
@@ -259,7 +259,7 @@ def _outside(check):
 
 
 def test_every_declared_bound_of_every_part_refuses_the_value_just_outside_and_keeps_its_default():
-    from ctxbench.part import CHECK, check_params
+    from ctxbench.core.part import CHECK, check_params
 
     checked = 0
     for cls in _part_classes():
@@ -287,7 +287,7 @@ def test_every_declared_bound_of_every_part_refuses_the_value_just_outside_and_k
 def test_a_bad_value_on_the_command_line_is_one_line_naming_the_key():
     from ctxbench.attribution.base import Attributor
     from ctxbench.datasets.base import Dataset
-    from ctxbench.parts import build, build_all
+    from ctxbench.core.part import build, build_all
 
     cfg = compose_stage("run", "attribution=[ifr_multi_hop,attention]", "attribution.ifr_multi_hop.hops=-1",
                         "length=0")
@@ -300,8 +300,8 @@ def test_a_bad_value_on_the_command_line_is_one_line_naming_the_key():
 
 
 def test_a_stage_checks_its_own_settings_as_declared_before_it_loads_anything(tmp_path):
-    from ctxbench.conf import RunConfig, SampleConfig
-    from ctxbench.part import check_stage_config
+    from ctxbench.stages.conf import RunConfig, SampleConfig
+    from ctxbench.core.part import check_stage_config
     from ctxbench.stages.run import run_stage
 
     with pytest.raises(ConfigError) as err:

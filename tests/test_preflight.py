@@ -3,7 +3,7 @@ HYDRA_FULL_ERROR=1."""
 
 import pytest
 
-from ctxbench.conf import register_configs
+from ctxbench.stages.conf import register_configs
 from ctxbench.stages.preflight import check_overrides
 
 from helpers.cli import run_script

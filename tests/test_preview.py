@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ctxbench.datasets.morehopqa import load_morehopqa
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.prompts.icl import BOX_SYSTEM_PROMPT, box_template
-from ctxbench.parts import build
+from ctxbench.core.part import build
 from ctxbench.retrievers.base import Retriever
 from ctxbench.retrievers.bm25 import BM25Retriever
 from ctxbench.retrievers.fixk import FixKRetriever

@@ -1,4 +1,4 @@
-"""Progress of the long steps (ctxbench.progress): log lines when the output is not a terminal, a tqdm bar on one,
+"""Progress of the long steps (ctxbench.utils.progress): log lines when the output is not a terminal, a tqdm bar on one,
 nothing when switched off; the batched steps and the encoder count every item."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from ctxbench import progress
-from ctxbench.batching import run_in_batches
+from ctxbench.utils import progress
+from ctxbench.utils.batching import run_in_batches
 
 from helpers.paths import CACHE_DIR
 
@@ -23,12 +23,12 @@ def _enabled():
 
 
 def _lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ctxbench.progress"]
+    return [r.getMessage() for r in caplog.records if r.name == "ctxbench.utils.progress"]
 
 
 def test_log_lines_count_the_items_and_end_with_the_total(monkeypatch, caplog):
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "0")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     seen = []
     run_in_batches(10, 4, lambda lo, hi: seen.append((lo, hi)), what="deletion passes", unit="seq")
     assert seen == [(0, 4), (4, 8), (8, 10)]
@@ -40,14 +40,14 @@ def test_log_lines_count_the_items_and_end_with_the_total(monkeypatch, caplog):
 
 def test_a_step_shorter_than_the_interval_writes_nothing(monkeypatch, caplog):
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "3600")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     run_in_batches(10, 4, lambda lo, hi: None, what="deletion passes")
     assert _lines(caplog) == []
 
 
 def test_the_description_and_postfix_reach_the_line(monkeypatch, caplog):
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "0")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     with progress.bar(2, "run_exp x", "method") as bar:
         bar.set_description("run_exp x example 1/2 attention: recovery")
         bar.set_postfix_str("3.5 s/example")
@@ -58,7 +58,7 @@ def test_the_description_and_postfix_reach_the_line(monkeypatch, caplog):
 
 def test_switched_off_writes_nothing(monkeypatch, caplog):
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "0")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     progress.set_enabled(False)
     run_in_batches(10, 4, lambda lo, hi: None, what="deletion passes")
     assert _lines(caplog) == []
@@ -66,7 +66,7 @@ def test_switched_off_writes_nothing(monkeypatch, caplog):
 
 def test_a_bad_interval_is_named_and_the_default_used(monkeypatch, caplog):
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "soon")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     assert progress.log_every_s() == progress.LOG_EVERY_S
     assert "CTXBENCH_PROGRESS_EVERY_S='soon'" in caplog.text
 
@@ -82,7 +82,7 @@ def test_a_terminal_gets_a_tqdm_bar(monkeypatch, caplog):
     term = _Terminal()
     monkeypatch.setattr("sys.stderr", term)
     monkeypatch.setattr(progress, "TERMINAL_DELAY_S", 0.0)
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     made = []
     bar = progress.bar
     monkeypatch.setattr(progress, "bar", lambda *a, **k: made.append(bar(*a, **k)) or made[-1])
@@ -100,7 +100,7 @@ def test_the_encoders_progress_reaches_the_document_count(monkeypatch, caplog):
     from ctxbench.models.embedder import Embedder
 
     monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "0")
-    caplog.set_level(logging.INFO, logger="ctxbench.progress")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
     texts = [f"Document {i} is about the number {i * 7}." for i in range(50)]
     vecs = Embedder(batch_size=8, cache_dir=str(CACHE_DIR)).encode(texts, 64)
     assert vecs.shape[0] == 50

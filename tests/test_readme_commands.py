@@ -320,8 +320,8 @@ def test_raw_morehopqa_is_refused_before_any_model_loads(tmp_path, monkeypatch):
     MoreHopQA row), stops at the data checks with one line and exit code 2, before the model loads."""
     from hydra import compose, initialize_config_dir
 
-    from ctxbench.conf import register_configs
-    from ctxbench.errors import ExampleRefused
+    from ctxbench.stages.conf import register_configs
+    from ctxbench.core.errors import ExampleRefused
     from ctxbench.stages import run
 
     def no_model(*args, **kwargs):

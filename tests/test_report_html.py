@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.html import (MAX_TOKENS, PAGE, TOP_K, method_heatmap, read_examples, shades,
@@ -240,7 +240,7 @@ def test_examples_in_results_order_and_bad_data(tmp_path):
 def test_report_command_page(tmp_path):
     from ctxbench.reporting.aggregate import table1_layout
     from ctxbench.reporting.render import markdown
-    from ctxbench.results import JobRun
+    from ctxbench.jobs.results import JobRun
 
     jobs = [JobRun(make_job(tmp_path / d), {"dataset": {"name": d}}, [], json.loads(
         (tmp_path / d / "summary.json").read_text())) for d in ("niah_a", "niah_b")]
@@ -329,7 +329,7 @@ def test_report_page_figures_in_chromium(tmp_path):
     renders in a real browser, with no console error."""
     from playwright.sync_api import sync_playwright
 
-    from ctxbench.results import JobRun
+    from ctxbench.jobs.results import JobRun
     from ctxbench.reporting.controls import is_control
     from ctxbench.reporting.figures import deletion_set_chart, interval_chart
     from ctxbench.reporting.results_table import MinExamples
@@ -376,7 +376,7 @@ def test_run_and_report_commands_write_the_page(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from helpers.paths import CACHE_DIR, ROOT
-    from ctxbench.conf import register_configs
+    from ctxbench.stages.conf import register_configs
     from ctxbench.stages.report import report_stage
     from ctxbench.stages.run import run_stage
 

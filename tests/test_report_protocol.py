@@ -10,7 +10,7 @@ import pytest
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import table1, write_table1
-from ctxbench.results import find_jobs
+from ctxbench.jobs.results import find_jobs
 from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.metrics.summary import summarize

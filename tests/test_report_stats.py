@@ -14,13 +14,13 @@ from omegaconf import OmegaConf
 from helpers.paths import ROOT
 from helpers.records import whole_report, without_time_section, write_job_folder
 from ctxbench.attribution import Attributor
-from ctxbench.conf import register_configs
-from ctxbench.errors import ConfigError, DataError
+from ctxbench.stages.conf import register_configs
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.parts import build_all
+from ctxbench.core.part import build_all
 from ctxbench.reporting.aggregate import table1, table_view, write_table1
-from ctxbench.results import find_jobs
+from ctxbench.jobs.results import find_jobs
 from ctxbench.reporting.html import write_report_html
 from ctxbench.metrics.stats import StatsSettings, bootstrap_ci
 from ctxbench.metrics.summary import compare, summarize

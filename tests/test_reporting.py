@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import swept_keys, table1, write_table1
-from ctxbench.results import RESULTS, find_jobs
+from ctxbench.jobs.results import RESULTS, find_jobs
 from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.metrics.summary import example_seconds, summarize

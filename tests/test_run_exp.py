@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.stages.run import RESULTS, run_stage
 
 from helpers.configs import plugin_option, run_cfg
@@ -44,7 +44,7 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert "| method | Seq Recall@10% |" in capsys.readouterr().out
     # The job feeds the Table-1 report.
     from ctxbench.reporting.aggregate import write_table1
-    from ctxbench.results import find_jobs
+    from ctxbench.jobs.results import find_jobs
 
     written = write_table1(find_jobs([out]), tmp_path / "report")
     assert "| method | RISE ↓ | MAS ↓ | Recall@10% ↑ |" in written[2] and "### niah_mq_q2 (N=4)" in written[2]
@@ -71,7 +71,7 @@ def test_recovery_refused_without_spans(tmp_path, morehopqa_path):
         prompt="Paris is in France.\nWhere is Paris?", target="It is in France.\nFrance", indices_to_explain=None,
         attr_mask_indices=None, sink_span=None, thinking_span=None, metadata={"id": "q1"})) + "\n")
     cfg = run_cfg(tmp_path, "dataset=morehopqa", "dataset.name=mh", "mode=[faithfulness,recovery]")
-    from ctxbench.errors import ExampleRefused
+    from ctxbench.core.errors import ExampleRefused
 
     with pytest.raises(ExampleRefused, match="mode recovery needs evidence spans"):
         run_stage(cfg, tmp_path / "job")
@@ -125,7 +125,7 @@ def test_a_mode_from_outside_the_library(tmp_path):
     assert "| method | Seq mass x100 | scored | attribution s/example | total s/example |" in md
     assert list(csv.reader(open(out / "evidence_mass" / "random.csv")))[0] == ["Method", "mass x100"]
     from ctxbench.reporting.aggregate import write_table1
-    from ctxbench.results import find_jobs
+    from ctxbench.jobs.results import find_jobs
 
     written = write_table1(find_jobs([out]), tmp_path / "report")
     assert "| method | mass x100 |" in written[2]  # a mode's own metric heads the task's table
@@ -136,7 +136,7 @@ def test_a_mode_from_outside_the_library(tmp_path):
 def test_a_second_run_of_a_job_still_loading_is_refused_before_it_changes_the_folder(tmp_path):
     """The first run holds its results file's lock from its start (before its model loads, before any line): a second
     run of the same folder is refused then, with nothing of the folder changed."""
-    from ctxbench.locks import hold, let_go
+    from ctxbench.utils.locks import hold, let_go
 
     out = tmp_path / "job"
     out.mkdir()

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from ctxbench.errors import DataError
-from ctxbench.shards import Shard, interleave
+from ctxbench.core.errors import DataError
+from ctxbench.core.shards import Shard, interleave
 from ctxbench.stages.run import RESULTS, run_stage
 from ctxbench.stages.run_shards import merge_run
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ctxbench.errors import ConfigError, DataError
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.evaluation import example_spans
 from ctxbench.example import read_examples
 from ctxbench.sampling.cache import log_path, shard_path

@@ -1,5 +1,5 @@
-"""Shared caches made once when 3 processes need them at the same moment (ctxbench.locks): the maker runs once, every
-process gets the same, complete result, and nothing half-written is left beside the cache."""
+"""Shared caches made once when 3 processes need them at the same moment (ctxbench.utils.locks): the maker runs once,
+every process gets the same, complete result, and nothing half-written is left beside the cache."""
 
 import hashlib
 import json
@@ -68,7 +68,7 @@ def calls(tmp_path: Path) -> list[str]:
 def test_create_once_three_processes_one_maker(tmp_path):
     """The lock itself, with a maker that writes in pieces: one maker, one whole file, the same bytes for all."""
     setup = """
-        import ctxbench.locks as locks
+        import ctxbench.utils.locks as locks
         target = tmp / "cache" / "blob.bin"
         def make():
             target.parent.mkdir(exist_ok=True)
@@ -95,7 +95,7 @@ def test_create_once_three_processes_one_maker(tmp_path):
 
 
 def test_create_once_reuses_without_locking(tmp_path):
-    from ctxbench.locks import create_once, lock_path
+    from ctxbench.utils.locks import create_once, lock_path
 
     target = tmp_path / "x"
     assert create_once(target, lambda: "there", lambda: pytest.fail("must not make")) == "there"

@@ -7,7 +7,7 @@ import pytest
 from ctxbench.evaluation import example_spans
 from ctxbench.example import CachedExample, ExampleStore, read_examples, validate_example
 from ctxbench.sampling import attach_spans, split_boxed_generation
-from ctxbench.spans import tokenizer_name
+from ctxbench.utils.spans import tokenizer_name
 
 
 def raw_row(**md):

@@ -21,7 +21,7 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.csv import sweep_row
 from ctxbench.tracking.objective import objective_direction, objective_value, with_sweeper_defaults
@@ -430,7 +430,7 @@ def test_optuna_example_config_composes_with_the_direction(tmp_path):
     """The shipped example studies: the sweeper, its direction from the objective and its search space."""
     from hydra import compose, initialize_config_dir
 
-    from ctxbench.conf import CONF_DIR, register_configs
+    from ctxbench.stages.conf import CONF_DIR, register_configs
 
     register_configs()
     for name, objective, direction in (("optuna_bm25", "retrieval.ndcg_at_10", "maximize"),

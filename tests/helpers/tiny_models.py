@@ -8,30 +8,26 @@ import torch
 VOCAB = 64
 
 
+def family_members() -> list[str]:
+    """Every decoder the attribution families read, one tiny model each (``families.tiny_configs``)."""
+    from ctxbench.attribution.families import tiny_configs
+
+    return list(tiny_configs(VOCAB))
+
+
 def tiny_model(family: str, seed: int = 0):
-    """A 2-layer decoder of ``family`` (llama, qwen2, qwen3, gemma3, gpt2) over ``VOCAB`` tokens, eager attention,
-    with its biases and norm weights perturbed away from their 0/1 initial values. gemma3: a sliding-window layer (4
-    tokens) then a global one, each with its own RoPE base, sandwich norms, q/k norms, GQA, scaled embeddings."""
-    from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config
+    """A 2-layer decoder of ``family`` (a member of ``family_members``: llama, qwen2, qwen3, gemma3, gpt2) over
+    ``VOCAB`` tokens, from its family module's own tiny config, eager attention, with its biases and norm weights
+    perturbed away from their 0/1 initial values."""
+    from transformers import AutoModelForCausalLM
+
+    from ctxbench.attribution.families import tiny_configs
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=128)
-    if family == "llama":
-        cfg = LlamaConfig(num_key_value_heads=2, max_position_embeddings=256, attention_bias=True, **common)
-    elif family == "qwen2":  # q/k/v biases, no o bias, GQA
-        cfg = Qwen2Config(num_key_value_heads=2, max_position_embeddings=256, **common)
-    elif family == "qwen3":
-        cfg = Qwen3Config(num_key_value_heads=2, max_position_embeddings=256, head_dim=16, **common)
-    elif family == "gemma3":
-        cfg = Gemma3TextConfig(num_key_value_heads=2, max_position_embeddings=256, head_dim=16, sliding_window=4,
-                               layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
-                               **common)
-    elif family == "gpt2":
-        cfg = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256)
-    else:
-        raise ValueError(family)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    configs = tiny_configs(VOCAB)
+    if family not in configs:
+        raise ValueError(f"{family}: not a family member ({', '.join(configs)})")
+    model = AutoModelForCausalLM.from_config(configs[family], attn_implementation="eager").eval()
     with torch.no_grad():  # random init leaves biases/norm weights at 0/1; perturb them so they are exercised
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name or ".ln_" in name:

@@ -21,7 +21,7 @@ from ctxbench.attribution.lrp_rules import attnlrp_rules, linear_rule
 from ctxbench.attribution.memory import Need, eager_attention, result_matrix, saved_for_backward
 from ctxbench.attribution.multi_hop import _result, hop_recursion, observation_mask
 from ctxbench.models.attention import attention_kernel
-from ctxbench.part import neutral, param
+from ctxbench.core.part import neutral, param
 
 
 class LRPPass:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
-from ctxbench.part import Part
+from ctxbench.core.part import Part
 
 if TYPE_CHECKING:
     from ctxbench.attribution.memory import ModelShape, Need
@@ -59,7 +59,7 @@ class Attributor(Part, ABC):
 
     Subclasses are dataclasses: their typed fields are the method's parameters (the config node of
     ``conf/attribution/<name>.yaml`` holds ``_target_`` plus these keywords), with their bounds and choices declared
-    on the fields (``ctxbench.part.param``), so a bad setting fails when the method is built, before any model is
+    on the fields (``ctxbench.core.part.param``), so a bad setting fails when the method is built, before any model is
     loaded. ``name``: the method's option name, which results and reports carry.
     """
 

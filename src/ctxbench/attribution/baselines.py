@@ -23,12 +23,12 @@ from ctxbench.attribution.capture import capture
 from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.attribution.memory import (Need, eager_attention, forward_transient, ifr_capture, result_matrix,
                                          saved_for_backward, scored_logits)
-from ctxbench.batching import run_in_batches
-from ctxbench.files import atomic_write
+from ctxbench.utils.batching import run_in_batches
+from ctxbench.utils.files import atomic_write
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_logits
-from ctxbench.part import neutral, param
-from ctxbench.tokens import eos_id
+from ctxbench.core.part import neutral, param
+from ctxbench.utils.tokens import eos_id
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from ctxbench.attribution.base import AttributionResult, Attributor, empty_matri
 from ctxbench.attribution.memory import ablation_passes
 from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_token_scores,
                                                spread_onto_tokens)
-from ctxbench.batching import run_in_batches
+from ctxbench.utils.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import scored
-from ctxbench.part import neutral, param, refuse
-from ctxbench.tokens import eos_id
+from ctxbench.core.part import neutral, param, refuse
+from ctxbench.utils.tokens import eos_id
 
 ABLATIONS = ("delete", "eos")
 TARGETS = ("logit_prob", "log_prob")

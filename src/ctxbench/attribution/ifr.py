@@ -38,7 +38,7 @@ from ctxbench.attribution.base import AttributionResult, Attributor, InputContex
 from ctxbench.attribution.capture import Capture, capture
 from ctxbench.attribution.memory import (Need, attention_rows, eager_attention, forward_transient, ifr_capture,
                                          result_matrix)
-from ctxbench.part import neutral
+from ctxbench.core.part import neutral
 
 _BOUND_MARGIN = 1e-3  # relative slack of the overshoot bound: far above f's rounding (~head_dim x eps)
 

@@ -18,8 +18,8 @@ from typing import Iterable, Optional
 
 import torch
 
-from ctxbench.cgroup import memory_headroom
-from ctxbench.errors import ConfigError
+from ctxbench.utils.cgroup import memory_headroom
+from ctxbench.core.errors import ConfigError
 from ctxbench.models.logits import positions_per_slice
 
 GIB = 2 ** 30
@@ -172,7 +172,7 @@ def result_matrix(T: int, G: int) -> int:
 def free_bytes(device) -> tuple[int, str]:  # (bytes, what they are: said in the refusal)
     """Memory free for a run on ``device``: a GPU's free memory (torch.cuda.mem_get_info), else the host's available
     memory (psutil: free plus reclaimable caches), or the headroom of this process's cgroup where that is less (a
-    container's limit: ctxbench.cgroup)."""
+    container's limit: ctxbench.utils.cgroup)."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0]), f"memory free on {device}"

@@ -17,8 +17,8 @@ import torch
 from ctxbench.attribution.base import AttributionResult, empty_matrix, stop_mask
 from ctxbench.attribution.capture import Capture
 from ctxbench.attribution.ifr import IFRAttributorBase, IFRConfig, span_ifr
-from ctxbench.part import param
-from ctxbench.tokens import eos_ids
+from ctxbench.core.part import param
+from ctxbench.utils.tokens import eos_ids
 
 
 @dataclass

@@ -18,13 +18,13 @@ import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor
 from ctxbench.attribution.memory import ablation_passes
-from ctxbench.batching import run_in_batches
+from ctxbench.utils.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import (Scored, intact_scores, positions_per_slice, predicting_scores,
                                      variant_scores)
-from ctxbench.part import neutral, param
-from ctxbench.tokens import eos_id, eos_ids
+from ctxbench.core.part import neutral, param
+from ctxbench.utils.tokens import eos_id, eos_ids
 
 OBJECTIVES = ("logprob", "kl")
 SPREADS = ("copy", "share")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ctxbench.attribution.base import AttributionResult
-from ctxbench.files import safe_filename
+from ctxbench.utils.files import safe_filename
 
 
 def save_trace(dir, example_id, result: AttributionResult, *, include_matrix: bool = False) -> dict:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample, read_examples
-from ctxbench.part import Part, neutral
-from ctxbench.cache_record import cache_mismatch
+from ctxbench.core.part import Part, neutral
+from ctxbench.core.cache_record import cache_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Dataset(Part, ABC):
         """The examples a stage runs on: the sampled cache when there is one made from this data (and for ``model``,
         the run's model config, when given), else the raw data. A cache made from other data (another length, data
         file or generation setting) or for another model's tokenizer never stands in for the data asked for: it is
-        refused, naming what differs (``ctxbench.cache_record.cache_mismatch``)."""
+        refused, naming what differs (``ctxbench.core.cache_record.cache_mismatch``)."""
         cache = self.sampled_cache(paths)
         if (self.use_cache if use_cache is None else use_cache) and cache.is_file():
             mismatch = cache_mismatch(cache, {f.name: getattr(self, f.name) for f in fields(self)}, model)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ctxbench.datasets.base import Dataset, Paths
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample, read_examples
 
 

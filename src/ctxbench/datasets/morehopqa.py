@@ -14,7 +14,7 @@ from typing import ClassVar, Optional
 
 from ctxbench.datasets.base import Dataset, Paths
 from ctxbench.datasets.sentences import join_sentences
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample
 
 

@@ -16,10 +16,10 @@ from typing import Any, Optional
 from ctxbench.datasets.ruler_gen.common import gold_target
 from ctxbench.datasets.ruler_gen.length import tokenizer_record
 from ctxbench.datasets.sentences import sentences_overlapping, split_sentences
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample
-from ctxbench.jsonl import iter_jsonl
-from ctxbench.spans import answer_token_spans, tokenizer_name
+from ctxbench.core.jsonl import iter_jsonl
+from ctxbench.utils.spans import answer_token_spans, tokenizer_name
 
 
 log = logging.getLogger(__name__)

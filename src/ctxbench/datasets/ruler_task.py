@@ -12,10 +12,10 @@ from ctxbench.datasets.base import Dataset, Paths
 from ctxbench.datasets.morehopqa import morehopqa_sample
 from ctxbench.datasets.ruler import load_ruler_jsonl
 from ctxbench.datasets.ruler_gen import TASKS, task_path, task_spec, write_task
-from ctxbench.errors import DataError, UnknownDatasetError
+from ctxbench.core.errors import DataError, UnknownDatasetError
 from ctxbench.example import CachedExample
-from ctxbench.locks import create_once
-from ctxbench.part import neutral, param
+from ctxbench.utils.locks import create_once
+from ctxbench.core.part import neutral, param
 
 log = logging.getLogger(__name__)
 

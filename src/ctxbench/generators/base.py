@@ -4,7 +4,7 @@ A generator is a class reached by ``_target_`` from ``conf/generator/<name>.yaml
 its parameters. ``generate(requests)`` answers every request in order; a request that fails yields a ``Generation``
 with ``error`` set (one line) instead of raising, so one bad request never loses the others. Generators that run the
 local model (``needs_lm``) get it through ``use_lm(loaded_lm)`` before the first ``generate`` (the stage loads the
-``model`` group once and hands it over); the others ignore it (``ctxbench.part.Part``).
+``model`` group once and hands it over); the others ignore it (``ctxbench.core.part.Part``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
-from ctxbench.part import Part
+from ctxbench.core.part import Part
 
 
 def one_line(text: Any, limit: int = 300) -> str:

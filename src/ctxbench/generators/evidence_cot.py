@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from ctxbench.datasets.ruler_gen.common import gold_target
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
 
 

@@ -16,11 +16,11 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.generators.base import Generation, GenerationRequest, Generator, one_line
 from ctxbench.generators.box_guard import BoxGuard
-from ctxbench.part import neutral, param
-from ctxbench.tokens import eos_ids
+from ctxbench.core.part import neutral, param
+from ctxbench.utils.tokens import eos_ids
 
 log = logging.getLogger(__name__)
 

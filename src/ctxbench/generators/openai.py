@@ -12,7 +12,7 @@ from typing import ClassVar, Optional
 
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
 from ctxbench.models.openai_client import ChatError, EndpointSettings
-from ctxbench.part import param
+from ctxbench.core.part import param
 
 
 @dataclass(kw_only=True)

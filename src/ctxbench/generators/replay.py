@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 from ctxbench.generators.base import Generation, GenerationRequest, Generator
-from ctxbench.jsonl import iter_jsonl
-from ctxbench.part import refuse
+from ctxbench.core.jsonl import iter_jsonl
+from ctxbench.core.part import refuse
 
 
 def _messages_key(messages: Any) -> str:

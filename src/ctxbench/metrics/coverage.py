@@ -14,7 +14,7 @@ from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.metrics.scorer import Metric, Scorer
 
 COVERAGE_KEYS = ("within", "above_half", "above_mean")

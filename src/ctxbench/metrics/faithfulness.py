@@ -24,15 +24,15 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional, Protocol, Sequenc
 import numpy as np
 import torch
 
-from ctxbench.files import safe_filename
+from ctxbench.utils.files import safe_filename
 from ctxbench.attribution.base import stop_mask
 from ctxbench.attribution.memory import Need, scoring_passes
-from ctxbench.batching import run_in_batches
+from ctxbench.utils.batching import run_in_batches
 from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_scores
-from ctxbench.part import neutral, param, refuse
-from ctxbench.tokens import eos_id
+from ctxbench.core.part import neutral, param, refuse
+from ctxbench.utils.tokens import eos_id
 
 log = logging.getLogger(__name__)
 

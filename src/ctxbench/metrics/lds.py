@@ -20,7 +20,7 @@ from scipy.stats import spearmanr
 
 from ctxbench.metrics.scorer import Metric
 from ctxbench.metrics.source_ablation import AblationScorer
-from ctxbench.part import neutral, param
+from ctxbench.core.part import neutral, param
 
 
 def spearman(x, y) -> float | None:

@@ -14,11 +14,11 @@ from typing import ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.metrics.faithfulness import deletion_order
 from ctxbench.metrics.scorer import Metric, Scorer
-from ctxbench.part import param
-from ctxbench.spans import tokens_overlapping
+from ctxbench.core.part import param
+from ctxbench.utils.spans import tokens_overlapping
 
 
 def gold_token_indices(token_offsets: Sequence[Sequence[int]], spans: Iterable[Sequence[int]],

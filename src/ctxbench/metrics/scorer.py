@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Iterable, Optional
 
 import numpy as np
 
-from ctxbench.errors import ConfigError
-from ctxbench.part import Part
-from ctxbench.parts import build_all
+from ctxbench.core.errors import ConfigError
+from ctxbench.core.part import Part
+from ctxbench.core.part import build_all
 
 VIEW_LABELS = {"seq": "Seq", "row": "Row", "rec": "Recursive"}
 

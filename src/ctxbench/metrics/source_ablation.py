@@ -28,9 +28,9 @@ from ctxbench.attribution.context_cite import (ablation_masks, deleted_token_log
                                                source_sentences)
 from ctxbench.attribution.perturbation import SentenceUnits
 from ctxbench.attribution.memory import ablation_passes
-from ctxbench.files import atomic_write_text, safe_filename
+from ctxbench.utils.files import atomic_write_text, safe_filename
 from ctxbench.metrics.scorer import Scorer
-from ctxbench.tokens import eos_id
+from ctxbench.utils.tokens import eos_id
 
 TARGETS = {"seq": "all", "row": "sink", "rec": "sink"}  # view -> the target it explains
 FORMAT = 1

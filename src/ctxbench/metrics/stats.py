@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 
 from ctxbench.metrics.scorer import Metric
 from ctxbench.metrics.source_ablation import AblationScorer
-from ctxbench.part import neutral, refuse
+from ctxbench.core.part import neutral, refuse
 
 
 def top_sources(source_scores, k: int) -> np.ndarray:

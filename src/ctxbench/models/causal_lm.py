@@ -23,9 +23,9 @@ from functools import lru_cache
 
 import torch
 
-from ctxbench.assets import package_dir
-from ctxbench.errors import ConfigError
-from ctxbench.locks import create_once
+from ctxbench.utils.assets import package_dir
+from ctxbench.core.errors import ConfigError
+from ctxbench.utils.locks import create_once
 from ctxbench.models.spec import ModelConfig
 
 log = logging.getLogger(__name__)

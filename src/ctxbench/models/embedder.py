@@ -36,14 +36,14 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from ctxbench.assets import package_dir
-from ctxbench.batching import run_in_batches
-from ctxbench.errors import ConfigError
-from ctxbench.locks import create_once
+from ctxbench.utils.assets import package_dir
+from ctxbench.utils.batching import run_in_batches
+from ctxbench.core.errors import ConfigError
+from ctxbench.utils.locks import create_once
 from ctxbench.models.embedding_cache import (join_shards, load_cached, load_shard, remove_shards, save_cached,
                                              save_shard, shard_files, shard_rows)
-from ctxbench.part import Part, neutral, param, refuse
-from ctxbench.shards import Shard
+from ctxbench.core.part import Part, neutral, param, refuse
+from ctxbench.core.shards import Shard
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class Embedder(Part):
 
     def cache_folder(self, root: str | Path, key: dict[str, Any]) -> Path:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-        from ctxbench.files import safe_filename
+        from ctxbench.utils.files import safe_filename
 
         return Path(root) / self.cache_subdir / safe_filename(self.name) / digest
 

@@ -19,9 +19,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ctxbench.errors import DataError
-from ctxbench.files import atomic_write, atomic_write_text
-from ctxbench.shards import Shard, shard_path
+from ctxbench.core.errors import DataError
+from ctxbench.utils.files import atomic_write, atomic_write_text
+from ctxbench.core.shards import Shard, shard_path
 
 log = logging.getLogger(__name__)
 

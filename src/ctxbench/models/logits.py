@@ -25,7 +25,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from ctxbench import progress
+from ctxbench.utils import progress
 
 log = logging.getLogger(__name__)
 

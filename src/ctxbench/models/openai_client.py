@@ -30,9 +30,9 @@ from typing import Any, Optional, Union
 
 import openai
 
-from ctxbench.files import atomic_write_text
+from ctxbench.utils.files import atomic_write_text
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import neutral, refuse
+from ctxbench.core.part import neutral, refuse
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Optional
 
 import torch
 
-from ctxbench.spans import tokens_overlapping
-from ctxbench.tokens import eos_id, has_chat_template
+from ctxbench.utils.spans import tokens_overlapping
+from ctxbench.utils.tokens import eos_id, has_chat_template
 
 PROMPT_FORMATS = ("table1", "bare")
 TABLE1_PREFIX = "Context: "

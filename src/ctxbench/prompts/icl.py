@@ -30,7 +30,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from ctxbench.tokens import has_chat_template
+from ctxbench.utils.tokens import has_chat_template
 
 HUMAN, BOT, SYSTEM = "HUMAN", "BOT", "SYSTEM"
 ROLES = (HUMAN, BOT, SYSTEM)

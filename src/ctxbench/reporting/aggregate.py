@@ -2,8 +2,8 @@
 N, the metric columns RISE, MAS, RISE+AP, Recall@10%; here one row per task and method), each figure with its bootstrap
 interval, then the paired comparisons between methods on each task, from run_exp job dirs. Intervals and comparisons
 are recomputed from each job's ``results.jsonl`` with the report's ``stats`` settings. Runs whose configs disagree on
-anything but the swept keys are refused. The jobs are read through ``ctxbench.results`` (``find_jobs``); each section
-is a ``Table`` and the pages (table1.md, pairs.md) are rendered from ``table1.md.j2`` and ``pairs.md.j2``."""
+anything but the swept keys are refused. The jobs are read through ``ctxbench.jobs.results`` (``find_jobs``); each
+section is a ``Table`` and the pages (table1.md, pairs.md) are rendered from ``table1.md.j2`` and ``pairs.md.j2``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import compare, summarize
-from ctxbench.part import without_neutral
+from ctxbench.core.part import without_neutral
 from ctxbench.reporting.controls import (MARK, any_control, control_rows, controls_table, example_values, is_control,
                                          marks, verdict)
 from ctxbench.reporting.figures import deletion_set_chart, interval_chart
@@ -29,7 +29,7 @@ from ctxbench.reporting.render import csv_text, render_page
 from ctxbench.reporting.results_table import (MinExamples, Table, comparisons_table, direction, rows_from_cells,
                                               shown_metrics, table1_means, table1_table, task_comparison_tables,
                                               without_task_column)
-from ctxbench.results import JobRun, flatten, unfinished_note
+from ctxbench.jobs.results import JobRun, flatten, unfinished_note
 
 FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures), inlined in report.html
 
@@ -37,7 +37,7 @@ FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures),
 HEADLINE_KEYS = ("RISE", "MAS", "recall", "lds", "drop@1", "drop@3", "drop@5")
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
-# (the parts' own such keys are declared neutral on their fields: ctxbench.part).
+# (the parts' own such keys are declared neutral on their fields: ctxbench.core.part).
 IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume")
 
 

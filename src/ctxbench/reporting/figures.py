@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ctxbench.files import safe_filename
+from ctxbench.utils.files import safe_filename
 from ctxbench.reporting.results_table import MinExamples
 
 

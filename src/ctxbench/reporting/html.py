@@ -18,9 +18,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ctxbench.errors import DataError
-from ctxbench.files import atomic_write_text, safe_filename
-from ctxbench.jsonl import iter_jsonl
+from ctxbench.core.errors import DataError
+from ctxbench.utils.files import atomic_write_text, safe_filename
+from ctxbench.core.jsonl import iter_jsonl
 from ctxbench.reporting import heatmap
 from ctxbench.reporting.aggregate import FIGURES, table1_layout
 from ctxbench.reporting.controls import marks
@@ -28,7 +28,7 @@ from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import (MinExamples, Table, comparison_tables, rows_from_summary, summary_tables,
                                               view_label)
-from ctxbench.results import JobFiles, unfinished_note
+from ctxbench.jobs.results import JobFiles, unfinished_note
 
 DATA_DIR = "heatmap_data"
 PAGE = "report.html"

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ctxbench.cache_record import config_path
+from ctxbench.core.cache_record import config_path
 from ctxbench.metrics.faithfulness import COMMON_METRICS, COMMON_SETS, common_key
 from ctxbench.metrics.recovery import top_k_count
 from ctxbench.reporting.controls import is_control, marks

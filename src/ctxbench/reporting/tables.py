@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from ctxbench.jsonl import iter_jsonl
+from ctxbench.core.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import run_summary
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import comparison_tables, rows_from_summary, summary_tables
-from ctxbench.results import JobFiles
+from ctxbench.jobs.results import JobFiles
 
 
 def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorers: Mapping[str, Scorer],

@@ -6,9 +6,9 @@ A reranker is a dataclass reached by ``_target_`` from ``conf/reranker/<name>.ya
 
 Rerankers that run the causal LM of the ``model`` group (``needs_lm``) get it through ``use_lm(loaded_lm)``, as the
 generators do; the others load their own model on first use. ``name`` labels the report row and the search-results
-folder; ``settings()`` (``ctxbench.part``: the fields that are not ``neutral`` plus ``identity()``, the model's files
-and dtype) is recorded beside the search results, so a stale result made with other settings is refused rather than
-mixed in.
+folder; ``settings()`` (``ctxbench.core.part``: the fields that are not ``neutral`` plus ``identity()``, the model's
+files and dtype) is recorded beside the search results, so a stale result made with other settings is refused rather
+than mixed in.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Optional, Sequence
 
 import numpy as np
-from ctxbench.part import Part, refuse
+from ctxbench.core.part import Part, refuse
 
 Pair = tuple[str, str]
 

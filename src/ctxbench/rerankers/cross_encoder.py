@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from ctxbench import progress
+from ctxbench.utils import progress
 from ctxbench.models.embedder import PACKAGE_PREFIX, folder_fingerprint, resolve_model_path
-from ctxbench.part import neutral, param, refuse
+from ctxbench.core.part import neutral, param, refuse
 from ctxbench.rerankers.base import Pair, Reranker, check_format, check_pairs, instruct
 
 log = logging.getLogger(__name__)

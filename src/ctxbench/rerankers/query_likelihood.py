@@ -22,12 +22,12 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ctxbench.errors import ConfigError
-from ctxbench.files import safe_filename
+from ctxbench.core.errors import ConfigError
+from ctxbench.utils.files import safe_filename
 from ctxbench.models.logits import PADDING_SIDES, mean_query_logprobs
-from ctxbench.part import neutral, param, refuse
+from ctxbench.core.part import neutral, param, refuse
 from ctxbench.rerankers.base import Pair, Reranker, check_pairs
-from ctxbench.tokens import eos_ids
+from ctxbench.utils.tokens import eos_ids
 
 log = logging.getLogger(__name__)
 

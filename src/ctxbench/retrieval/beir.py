@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ctxbench.datasets.base import Paths
-from ctxbench.errors import DataError
-from ctxbench.jsonl import iter_jsonl
-from ctxbench.part import param
+from ctxbench.core.errors import DataError
+from ctxbench.core.jsonl import iter_jsonl
+from ctxbench.core.part import param
 from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import logging
 from typing import Sequence
 
 from ctxbench.datasets.sentences import sentences_overlapping, split_sentences
-from ctxbench.errors import ExampleRefused
+from ctxbench.core.errors import ExampleRefused
 from ctxbench.example import CachedExample
 from ctxbench.retrieval.data import RetrievalSplit
 

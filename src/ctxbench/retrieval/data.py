@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ctxbench.datasets.base import Paths
-from ctxbench.part import Part
+from ctxbench.core.part import Part
 
 
 @dataclass

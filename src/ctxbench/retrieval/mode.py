@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from ctxbench.part import Part, param, refuse
+from ctxbench.core.part import Part, param, refuse
 from ctxbench.retrieval.metrics import parse_metric_key
 
 

@@ -15,13 +15,13 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import Cell, Table, text_table
-from ctxbench.results import RETRIEVAL_JSON, RETRIEVAL_MD, is_attribution_job, job_dirs
+from ctxbench.jobs.results import RETRIEVAL_JSON, RETRIEVAL_MD, is_attribution_job, job_dirs
 from ctxbench.retrieval.metrics import parse_metric_key
 
-RESULTS_JSON, RESULTS_MD = RETRIEVAL_JSON, RETRIEVAL_MD  # (named in ctxbench.results)
+RESULTS_JSON, RESULTS_MD = RETRIEVAL_JSON, RETRIEVAL_MD  # (named in ctxbench.jobs.results)
 LABELS = {"ndcg": "NDCG", "map": "MAP", "recall": "Recall", "precision": "P", "mrr": "MRR", "recall_cap": "R_cap"}
 
 
@@ -75,7 +75,7 @@ def retrieval_markdown(title: str, entries: list[dict], eval_metrics: Iterable[s
 def write_job_report(output_dir: Path, entries: list[dict], eval_metrics: list[str], extra: dict[str, Any],
                      title: str) -> str:
     """``retrieval.json`` and ``retrieval.md`` of one run_exp job; returns the Markdown."""
-    from ctxbench.files import atomic_write_text
+    from ctxbench.utils.files import atomic_write_text
 
     doc = {"eval_metrics": list(eval_metrics), "results": entries, **extra}
     atomic_write_text(Path(output_dir) / RESULTS_JSON, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
@@ -151,7 +151,7 @@ def evidence_table(entries: list[dict], attribution: list, view: str, eval_metri
 
 def write_report(jobs: list[Path], attribution: list, output_dir: str | Path, view: str = "seq") -> tuple[Path, str]:
     """The report command's retrieval part: ``retrieval_report.json`` / ``.md`` in ``output_dir``."""
-    from ctxbench.files import atomic_write_text
+    from ctxbench.utils.files import atomic_write_text
 
     entries, metrics = gather(jobs)
     md = retrieval_markdown("Retrieval", entries, metrics, evidence_table(entries, attribution, view, metrics))

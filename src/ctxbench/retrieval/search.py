@@ -3,7 +3,7 @@ same settings (docs/retrieval.md#search-results).
 
 A results file ``<output_dir>/<retriever>/<reranker | NoReranker>/<dataset>-<split>.json`` holds FlagEmbedding's fields
 (``eval_name``, ``model_name``, ``reranker_name``, ``split``, ``dataset_name``, ``search_results: {qid: {docid:
-score}}``) and ``settings``: the retriever's and the reranker's ``settings()`` (``ctxbench.part``: the parameters
+score}}``) and ``settings``: the retriever's and the reranker's ``settings()`` (``ctxbench.core.part``: the parameters
 that change results, with their models' identity), ``search_top_k``, ``rerank_top_k``, ``ignore_identical_ids`` and
 the split's fingerprint (corpus, queries, groups).
 """
@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ctxbench.errors import ConfigError, DataError
-from ctxbench.files import atomic_write_text, safe_filename
+from ctxbench.core.errors import ConfigError, DataError
+from ctxbench.utils.files import atomic_write_text, safe_filename
 from ctxbench.retrieval.data import RetrievalSplit, document_text
 from ctxbench.retrieval.metrics import ranked
-from ctxbench.shards import Shard
+from ctxbench.core.shards import Shard
 
 SearchResults = dict[str, dict[str, float]]
 NO_RERANKER = "NoReranker"

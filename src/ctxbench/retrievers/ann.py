@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxbench.part import check_params, param, refuse
+from ctxbench.core.part import check_params, param, refuse
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One interface serves both users of the ``retriever`` group: the sampling stage asks for in-context examples from a pool
 of worked examples (OpenCompass / AISBench ``openicl`` contract), and the retrieval mode ranks a corpus
 for each query. A retriever is a dataclass reached by ``_target_`` from ``conf/retriever/<name>.yaml``; its fields are
-its only parameters; their bounds and choices are declared on the fields (``ctxbench.part.param``) and a bad value
+its only parameters; their bounds and choices are declared on the fields (``ctxbench.core.part.param``) and a bad value
 is refused when the retriever is built, with a ``ConfigError`` naming the parameter.
 
 Rows are mappings (dicts) with a stable string ``id`` and text fields. A retriever reads the text of a pool row from
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
-from ctxbench.part import Part
+from ctxbench.core.part import Part
 
 Row = Mapping[str, Any]
 

@@ -32,8 +32,8 @@ from typing import ClassVar, Optional
 
 import numpy as np
 
-from ctxbench.errors import ConfigError
-from ctxbench.part import param, refuse
+from ctxbench.core.errors import ConfigError
+from ctxbench.core.part import param, refuse
 from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, exclusions, top_k
 
 BM25S_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")

@@ -17,12 +17,12 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from ctxbench import progress
+from ctxbench.utils import progress
 from ctxbench.models.embedder import Embedder
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.retrievers.ann import IndexSettings, build_index
 from ctxbench.retrievers.base import Retrieved, Row, TextRetriever, exclusions, row_text
-from ctxbench.shards import Shard
+from ctxbench.core.shards import Shard
 
 SEARCH_BLOCK = 4096
 

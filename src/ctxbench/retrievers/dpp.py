@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.part import param, refuse
+from ctxbench.core.part import param, refuse
 from ctxbench.retrievers.base import Retrieved, Row
 from ctxbench.retrievers.dense import DenseRetriever
 

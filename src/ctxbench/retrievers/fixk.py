@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxbench.part import refuse
+from ctxbench.core.part import refuse
 from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores
 
 

@@ -24,14 +24,14 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
-from ctxbench import progress
+from ctxbench.utils import progress
 from ctxbench.models.logits import mean_query_logprobs
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import neutral, param, refuse
+from ctxbench.core.part import neutral, param, refuse
 from ctxbench.prompts.icl import ICLTemplate, box_template
 from ctxbench.retrievers.base import Retrieved, Row, rank_scores, row_id, row_rng
 from ctxbench.retrievers.dense import DenseRetriever
-from ctxbench.tokens import has_chat_template
+from ctxbench.utils.tokens import has_chat_template
 
 
 def label_nll(model, tokenizer, prefix: str, labels: list[str], *, add_special_tokens: bool,

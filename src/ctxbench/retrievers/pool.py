@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ctxbench.errors import DataError
-from ctxbench.jsonl import iter_jsonl
+from ctxbench.core.errors import DataError
+from ctxbench.core.jsonl import iter_jsonl
 
 BOX_FIELDS = ("context", "question", "reasoning", "answer", "answer_sentence")
 

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores, row_id, row_rng
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ctxbench.part import param, refuse
+from ctxbench.core.part import param, refuse
 from ctxbench.retrievers.base import Retrieved, Retriever, Row, rank_scores, row_id
 
 

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.retrievers.base import Retrieved, Row, exclusions, rank_scores
 from ctxbench.retrievers.dense import DenseRetriever
 

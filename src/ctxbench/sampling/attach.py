@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from ctxbench.example import CachedExample
-from ctxbench.spans import answer_token_spans, tokenizer_name
+from ctxbench.utils.spans import answer_token_spans, tokenizer_name
 
 
 def build_target(thinking: str, answer: str) -> str:

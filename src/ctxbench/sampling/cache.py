@@ -20,12 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from ctxbench.cache_record import config_path
-from ctxbench.errors import DataError
+from ctxbench.core.cache_record import config_path
+from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples
-from ctxbench.files import atomic_write_text
-from ctxbench.jsonl import AppendOnlyJsonl, iter_jsonl
-from ctxbench.shards import shard_path
+from ctxbench.utils.files import atomic_write_text
+from ctxbench.core.jsonl import AppendOnlyJsonl, iter_jsonl
+from ctxbench.core.shards import shard_path
 
 
 def log_path(cache: Path) -> Path:

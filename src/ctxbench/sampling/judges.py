@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Optional
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.generators.base import GenerationRequest
 from ctxbench.models.openai_client import ChatError, EndpointSettings
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import Part, neutral, param
+from ctxbench.core.part import Part, neutral, param
 from ctxbench.sampling.prompts import judge_messages, parse_judge_response
 
 

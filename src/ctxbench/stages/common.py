@@ -8,9 +8,9 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ctxbench.datasets.base import Dataset, LoadedSource, Paths
-from ctxbench.errors import ConfigError
-from ctxbench.manifest import build_manifest, write_manifest
-from ctxbench.parts import build
+from ctxbench.core.errors import ConfigError
+from ctxbench.jobs.manifest import build_manifest, write_manifest
+from ctxbench.core.part import build
 from ctxbench.prompts.icl import ICLTemplate
 
 

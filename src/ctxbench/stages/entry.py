@@ -14,7 +14,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from ctxbench.errors import UserError
+from ctxbench.core.errors import UserError
 
 
 EXIT_USER_ERROR = 2
@@ -123,7 +123,7 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
     """
     import hydra
 
-    from ctxbench.conf import register_configs
+    from ctxbench.stages.conf import register_configs
 
     conf_dir = Path(entry_file).resolve().parents[2] / "conf"
     with user_errors():
@@ -133,7 +133,7 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
         module, _, function = stage.partition(":")
         return run_entry(getattr(importlib.import_module(module), function), cfg)
 
-    from ctxbench import run_dirs
+    from ctxbench.stages import run_dirs
 
     run_dirs.exit_on_error = True  # a bad resume= (resolved by Hydra, outside the task) is one line and exit code 2
     hydra_main = hydra.main(version_base="1.3", config_path=str(conf_dir), config_name=config_name)(task)

@@ -9,7 +9,7 @@ opened. A run refused before that leaves the folder byte for byte as it was; a f
 empty, is removed. A stage that ends without calling ``accept()`` is accepted when it returns.
 
 ``resume`` (``null | latest | <dir>``, conf/run.yaml and conf/sample.yaml) picks the run or sweep folder: the
-``ctxbench.job_dir`` resolver of ``hydra.run.dir`` / ``hydra.sweep.dir`` (``ctxbench.run_dirs``) returns a new
+``ctxbench.job_dir`` resolver of ``hydra.run.dir`` / ``hydra.sweep.dir`` (``ctxbench.stages.run_dirs``) returns a new
 timestamped folder, the newest folder beside it (``latest``: the same stage, and for a single run the same dataset; by
 name, which is the start time), or the given folder, which must exist. A Ctrl-C ends with one line: what was kept and
 the command that resumes.

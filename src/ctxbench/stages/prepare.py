@@ -7,11 +7,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.conf import to_plain
+from ctxbench.stages.conf import to_plain
 from ctxbench.datasets.base import file_fingerprint
 from ctxbench.datasets.ruler_task import RulerTask
-from ctxbench.errors import ConfigError
-from ctxbench.manifest import build_manifest, write_manifest
+from ctxbench.core.errors import ConfigError
+from ctxbench.jobs.manifest import build_manifest, write_manifest
 from ctxbench.models.causal_lm import load_tokenizer
 from ctxbench.stages.common import build_dataset, stage_paths
 from ctxbench.stages.jobdir import accept as accept_job

@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.errors import ConfigError
-from ctxbench.files import atomic_write_text
-from ctxbench.conf import PreviewConfig
-from ctxbench.part import check_stage_config
-from ctxbench.parts import build
+from ctxbench.core.errors import ConfigError
+from ctxbench.utils.files import atomic_write_text
+from ctxbench.stages.conf import PreviewConfig
+from ctxbench.core.part import check_stage_config
+from ctxbench.core.part import build
 from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever

@@ -14,13 +14,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.conf import ReportConfig, RunConfig, stage_config
-from ctxbench.errors import ConfigError, DataError
+from ctxbench.stages.conf import ReportConfig, RunConfig, stage_config
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
 from ctxbench.reporting.protocol import families_markdown, variants_markdown
 
 from ctxbench.reporting.aggregate import table1, table_view, write_table1
-from ctxbench.results import find_jobs
+from ctxbench.jobs.results import find_jobs
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report

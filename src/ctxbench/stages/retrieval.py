@@ -19,11 +19,11 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench.conf import to_plain
+from ctxbench.stages.conf import to_plain
 from ctxbench.datasets.base import Dataset, Paths
-from ctxbench.errors import ConfigError
-from ctxbench.manifest import build_manifest, write_manifest
-from ctxbench.parts import build
+from ctxbench.core.errors import ConfigError
+from ctxbench.jobs.manifest import build_manifest, write_manifest
+from ctxbench.core.part import build
 from ctxbench.rerankers.base import Reranker
 from ctxbench.retrieval.context import context_split
 from ctxbench.retrieval.data import RetrievalData, RetrievalSplit
@@ -33,7 +33,7 @@ from ctxbench.retrieval.report import write_job_report
 from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, encode_shard, load_results, rerank,
                                        results_path, retriever_label, save_results, search)
 from ctxbench.retrievers.base import Retriever
-from ctxbench.shards import Shard
+from ctxbench.core.shards import Shard
 from ctxbench.stages.common import stage_paths
 from ctxbench.stages.jobdir import accept as accept_job
 

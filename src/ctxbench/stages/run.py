@@ -17,27 +17,27 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench import progress
+from ctxbench.utils import progress
 from ctxbench.attribution import Attributor, save_trace
 from ctxbench.attribution.memory import GIB, ModelShape, check_fits, free_bytes
-from ctxbench.conf import RunConfig, to_plain
-from ctxbench.errors import ConfigError, DataError, ExampleRefused
+from ctxbench.stages.conf import RunConfig, to_plain
+from ctxbench.core.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
-from ctxbench.files import safe_filename
-from ctxbench.jsonl import AppendOnlyJsonl
-from ctxbench.locks import held_elsewhere
+from ctxbench.utils.files import safe_filename
+from ctxbench.core.jsonl import AppendOnlyJsonl
+from ctxbench.utils.locks import held_elsewhere
 from ctxbench.metrics.scorer import build_scorers
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
-from ctxbench.part import check_stage_config, without_neutral
-from ctxbench.parts import build_all
+from ctxbench.core.part import check_stage_config, without_neutral
+from ctxbench.core.part import build_all
 from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.metrics.stats import method_pairs
 from ctxbench.reporting.tables import write_job_summary
-from ctxbench.results import RESULTS
-from ctxbench.shards import Shard
+from ctxbench.jobs.results import RESULTS
+from ctxbench.core.shards import Shard
 from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 from ctxbench.stages.run_shards import write_shard_record
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 def config_fingerprint(cfg: DictConfig, method: str) -> str:
     """What makes one method's results on one dataset comparable: data, model, the method's settings, modes, format;
-    the parts' neutral fields (``ctxbench.part``: batching, chunking, caching) are left out."""
+    the parts' neutral fields (``ctxbench.core.part``: batching, chunking, caching) are left out."""
     plain = to_plain(cfg)
     key = {k: plain[k] for k in ("dataset", "model", "mode", "prompt_format", "views", "seed")}
     key["attribution"] = plain["attribution"][method]

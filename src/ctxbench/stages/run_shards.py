@@ -18,16 +18,16 @@ from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
-from ctxbench.errors import DataError
-from ctxbench.files import atomic_write_text, safe_filename
-from ctxbench.jsonl import iter_jsonl
-from ctxbench.manifest import write_manifest
+from ctxbench.core.errors import DataError
+from ctxbench.utils.files import atomic_write_text, safe_filename
+from ctxbench.core.jsonl import iter_jsonl
+from ctxbench.jobs.manifest import write_manifest
 from ctxbench.metrics.scorer import build_scorers
-from ctxbench.run_outputs import run_setting
+from ctxbench.jobs.run_outputs import run_setting
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.reporting.tables import write_job_summary
-from ctxbench.results import MANIFEST, RESULTS, SHARD, jobs_below
-from ctxbench.shards import interleave
+from ctxbench.jobs.results import MANIFEST, RESULTS, SHARD, jobs_below
+from ctxbench.core.shards import interleave
 from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)

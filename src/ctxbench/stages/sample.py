@@ -17,17 +17,17 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ctxbench import progress
-from ctxbench.conf import SampleConfig, to_plain
+from ctxbench.utils import progress
+from ctxbench.stages.conf import SampleConfig, to_plain
 from ctxbench.datasets.base import file_fingerprint
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.example import CachedExample
-from ctxbench.files import atomic_write_text
+from ctxbench.utils.files import atomic_write_text
 from ctxbench.generators.base import GenerationRequest, Generator
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
-from ctxbench.part import check_stage_config
-from ctxbench.parts import build
+from ctxbench.core.part import check_stage_config
+from ctxbench.core.part import build
 from ctxbench.retrievers.few_shot import few_shot_prompts
 from ctxbench.prompts.icl import ICLTemplate
 from ctxbench.retrievers.base import Retriever
@@ -36,7 +36,7 @@ from ctxbench.sampling.attach import attach_spans
 from ctxbench.boxed import split_boxed_generation
 from ctxbench.sampling.cache import SampleCache, check_config, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
-from ctxbench.shards import Shard
+from ctxbench.core.shards import Shard
 from ctxbench.stages.common import build_dataset, build_template, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 

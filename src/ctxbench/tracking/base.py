@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.errors import ConfigError
-from ctxbench.part import Part
+from ctxbench.core.errors import ConfigError
+from ctxbench.core.part import Part
 from ctxbench.tracking.record import JobRecord
 
 
@@ -74,7 +74,7 @@ def read_state(path: Path) -> dict[str, Any]:
 
 
 def write_state(path: Path, key: str, entry: dict[str, Any]) -> None:
-    from ctxbench.files import atomic_write_text
+    from ctxbench.utils.files import atomic_write_text
 
     state = read_state(path)
     state[key] = entry

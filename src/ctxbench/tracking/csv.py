@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.files import atomic_write_text
+from ctxbench.utils.files import atomic_write_text
 from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.record import JobRecord
 
@@ -47,7 +47,7 @@ def sweep_row(path: Path, job: str, metrics: dict[str, float]) -> None:
     jobs of a launcher write at the same time."""
     from filelock import FileLock
 
-    from ctxbench.locks import lock_path
+    from ctxbench.utils.locks import lock_path
 
     with FileLock(str(lock_path(path))):
         table: dict[str, dict[str, str]] = {}

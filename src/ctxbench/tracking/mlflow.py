@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 from urllib.parse import urlparse
 
-from ctxbench.errors import ConfigError
-from ctxbench.part import neutral
+from ctxbench.core.errors import ConfigError
+from ctxbench.core.part import neutral
 from ctxbench.tracking.base import JobInfo, Tracker, read_state, write_state
 from ctxbench.tracking.record import STATE, JobRecord
 
@@ -77,7 +77,7 @@ class MlflowTracker(Tracker):
             # the jobs of a parallel launcher would each create the new database's tables: one does, the others wait
             from filelock import FileLock
 
-            from ctxbench.locks import lock_path
+            from ctxbench.utils.locks import lock_path
 
             lock = FileLock(str(lock_path(db)))
         try:
@@ -157,7 +157,7 @@ class MlflowTracker(Tracker):
 
     def _parent_run(self, job: JobInfo, experiment_id: str) -> str:
         """The sweep's parent run: the one its ``tracking.json`` names, or a new one made by the first job there."""
-        from ctxbench.locks import create_once
+        from ctxbench.utils.locks import create_once
 
         path = Path(job.sweep_dir) / STATE
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 from ctxbench.tracking.record import JobRecord, metric_name
 
 MAXIMIZE, MINIMIZE = "maximize", "minimize"
@@ -53,7 +53,7 @@ def objective_direction(objective: str, mode: Any = None) -> str:
     if parts[0] == "funnel":
         return MINIMIZE if len(parts) > 1 and parts[1] == "rejections" else MAXIMIZE
     from ctxbench.metrics.scorer import Scorer
-    from ctxbench.parts import build
+    from ctxbench.core.part import build
 
     mode = dict(mode or {})
     for scorer_key, metric in ((parts[0], parts[-1]), (parts[1] if len(parts) > 1 else "", parts[-1])):

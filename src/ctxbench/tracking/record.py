@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ctxbench.results import FUNNEL, MANIFEST, RESULTS, RETRIEVAL_JSON, SUMMARY
+from ctxbench.jobs.results import FUNNEL, MANIFEST, RESULTS, RETRIEVAL_JSON, SUMMARY
 
 STATE = "tracking.json"  # a job's (or a sweep's) tracker run ids, so that a resumed job continues its run
 OWN_FILES = (STATE, "metrics.csv", "params.csv")  # what the trackers themselves write into the job folder
@@ -171,6 +171,6 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def _read_results(path: Path) -> list[dict]:
-    from ctxbench.jsonl import iter_jsonl
+    from ctxbench.core.jsonl import iter_jsonl
 
     return [r for _, r in iter_jsonl(path)] if path.exists() else []

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ctxbench.errors import ConfigError, UserError
+from ctxbench.core.errors import ConfigError, UserError
 from ctxbench.tracking.base import JobInfo, Tracker, read_state, write_state
 from ctxbench.tracking.record import STATE, JobRecord, job_record
 
@@ -34,7 +34,7 @@ class JobTracking:
     @classmethod
     def for_job(cls, cfg: Any, job: JobInfo) -> "JobTracking":
         """The trackers of ``cfg.logger`` (none when the config has no such group), each checked (module doc)."""
-        from ctxbench.parts import build_all
+        from ctxbench.core.part import build_all
 
         nodes = cfg.get("logger")
         trackers = build_all(nodes, "logger", Tracker) if nodes else {}
@@ -105,7 +105,7 @@ def _scoring(cfg: Any) -> dict[str, Any]:
     if not mode:
         return {}
     from ctxbench.metrics.scorer import Scorer
-    from ctxbench.parts import build_all
+    from ctxbench.core.part import build_all
 
     parts = build_all(mode, "mode")
     return {"scorers": {k: s for k, s in parts.items() if isinstance(s, Scorer)}, "views": list(cfg.get("views", []))}

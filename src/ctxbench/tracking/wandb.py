@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.tracking.base import JobInfo, Tracker
 from ctxbench.tracking.record import JobRecord
 

@@ -22,9 +22,19 @@ def adapter_for(model, dtype: Optional[torch.dtype] = None) -> FamilyAdapter:
         if family.matches(model):
             return family(model, dtype)
     mtype = getattr(model.config, "model_type", "")
-    raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports Llama/Mistral/Qwen2/Qwen3-like decoders, "
-                                f"Gemma 3 and GPT-2")
+    raise UnsupportedModelError(f"model_type={mtype!r}: IFR supports {family_names()}")
+
+
+def family_names() -> str:
+    """The families ``adapter_for`` reads, as a refusal names them."""
+    labels = [f.label for f in reversed(FAMILIES)]  # the catch-all Llama-like family first
+    return ", ".join(labels[:-1]) + " and " + labels[-1] if len(labels) > 1 else "".join(labels)
+
+
+def tiny_configs(vocab_size: int) -> dict:
+    """Every family's tiny test decoders (``FamilyAdapter.tiny_configs``), ``{member: config}``."""
+    return {name: cfg for family in FAMILIES for name, cfg in family.tiny_configs(vocab_size).items()}
 
 
 __all__ = ["FAMILIES", "FamilyAdapter", "GPT2Adapter", "Gemma3Adapter", "LlamaLikeAdapter", "UnsupportedModelError",
-           "adapter_for", "capture_dtype"]
+           "adapter_for", "capture_dtype", "family_names", "tiny_configs"]

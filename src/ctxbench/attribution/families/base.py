@@ -3,17 +3,19 @@
 A family is one module in this package: its adapter class says how to recognise a model of the family
 (``matches``), where its layers, attention blocks and norms are, how to recompute queries, keys and values and read
 the output projection W_O for IFR (``ctxbench.attribution.capture``), and which modules AttnLRP's rules apply to
-(``lrp_plan``, ``ctxbench.attribution.lrp_rules``).
+(``lrp_plan``, ``ctxbench.attribution.lrp_rules``), what the refusal names it (``label``) and its members' tiny
+configurations (``tiny_configs``: the tests build a randomly initialised decoder of each, so a new family is tested by
+its entry in ``FAMILIES`` alone).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 
-from ctxbench.errors import UserError
+from ctxbench.core.errors import UserError
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -116,10 +118,22 @@ class FamilyAdapter:
         MLP's activation module, and for a gated MLP the module whose input is the gate product (else None)."""
         raise UnsupportedModelError(f"{type(self).__name__}: AttnLRP's rules are not written for this family")
 
+    label: ClassVar[str] = ""  # the family as the refusal of an unsupported model names it
+
     @classmethod
     def matches(cls, model) -> bool:
         """Whether ``model`` is of this family (``adapter_for`` asks each family in turn)."""
         return False
+
+    @classmethod
+    def tiny_configs(cls, vocab_size: int) -> dict[str, Any]:
+        """``{member: transformers config}``: a 2-layer decoder of each model type the family reads, small enough
+        for a unit test (``TINY`` sizes), with what sets the member apart switched on (biases, GQA, q/k norms, ...)."""
+        return {}
+
+
+# the sizes of a family's tiny test decoders (``FamilyAdapter.tiny_configs``)
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 
 
 def _w(t: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ctxbench.attribution.families.base import _w
+from ctxbench.attribution.families.base import TINY, _w
 from ctxbench.attribution.families.llama import LlamaLikeAdapter
 
 
@@ -46,6 +46,18 @@ class Gemma3Adapter(LlamaLikeAdapter):
         """``1 / rms(o_i)`` of the attention outputs ``o`` (R, d) entering the post-attention norm."""
         o = o.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
         return torch.rsqrt(o.pow(2).mean(-1) + self.post_attn_norm(li).eps).to(self.dtype)
+
+    label = "Gemma 3"
+
+    @classmethod
+    def tiny_configs(cls, vocab_size: int) -> dict:
+        """A sliding-window layer (4 tokens) then a global one, each with its own RoPE base, sandwich norms, q/k
+        norms, GQA, scaled embeddings."""
+        from transformers import Gemma3TextConfig
+
+        return {"gemma3": Gemma3TextConfig(vocab_size=vocab_size, num_key_value_heads=2, max_position_embeddings=256,
+                                           head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+                                           layer_types=["sliding_attention", "full_attention"], **TINY)}
 
     @classmethod
     def matches(cls, model) -> bool:

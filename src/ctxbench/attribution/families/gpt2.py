@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ctxbench.attribution.families.base import FamilyAdapter, _w
+from ctxbench.attribution.families.base import TINY, FamilyAdapter, _w
 
 
 class GPT2Adapter(FamilyAdapter):
@@ -46,6 +46,15 @@ class GPT2Adapter(FamilyAdapter):
         attn, mlp, d = self.attn(li), self._layers[li].mlp, self.d_model
         share = torch.cat([torch.full((2 * d,), 0.25), torch.full((d,), 0.5)])  # c_attn's columns are q | k | v
         return [(attn.c_attn, share), (attn.c_proj, 1.0), (mlp.c_fc, 1.0), (mlp.c_proj, 1.0)], mlp.act, None
+
+    label = "GPT-2"
+
+    @classmethod
+    def tiny_configs(cls, vocab_size: int) -> dict:
+        from transformers import GPT2Config
+
+        return {"gpt2": GPT2Config(vocab_size=vocab_size, n_embd=TINY["hidden_size"], n_layer=TINY["num_hidden_layers"],
+                                   n_head=TINY["num_attention_heads"], n_positions=256)}
 
     @classmethod
     def matches(cls, model) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ctxbench.attribution.families.base import FamilyAdapter, UnsupportedModelError, _linear, _w
+from ctxbench.attribution.families.base import TINY, FamilyAdapter, UnsupportedModelError, _linear, _w
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -83,6 +83,17 @@ class LlamaLikeAdapter(FamilyAdapter):
         linears = [(attn.q_proj, 0.25), (attn.k_proj, 0.25), (attn.v_proj, 0.5), (attn.o_proj, 1.0),
                    (mlp.gate_proj, 1.0), (mlp.up_proj, 1.0), (mlp.down_proj, 1.0)]
         return linears, mlp.act_fn, mlp.down_proj
+
+    label = "Llama/Mistral/Qwen2/Qwen3-like decoders"
+
+    @classmethod
+    def tiny_configs(cls, vocab_size: int) -> dict:
+        from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+        common = dict(vocab_size=vocab_size, num_key_value_heads=2, max_position_embeddings=256, **TINY)
+        return {"llama": LlamaConfig(attention_bias=True, **common),
+                "qwen2": Qwen2Config(**common),  # q/k/v biases, no o bias, GQA
+                "qwen3": Qwen3Config(head_dim=16, **common)}  # q/k norms
 
     @classmethod
     def matches(cls, model) -> bool:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from ctxbench.errors import UnknownDatasetError
-from ctxbench.files import atomic_write_text
-from ctxbench.tokens import has_chat_template
+from ctxbench.core.errors import UnknownDatasetError
+from ctxbench.utils.files import atomic_write_text
+from ctxbench.utils.tokens import has_chat_template
 
 from . import niah, qa, vt
 from .common import answer_token_position, make_record

@@ -17,7 +17,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
-from ctxbench.errors import ConfigError
+from ctxbench.core.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ import re
 import uuid
 from pathlib import Path
 
-from ctxbench.assets import package_dir
+from ctxbench.utils.assets import package_dir
 
 from . import wordlists
 

@@ -2,7 +2,8 @@
 
 Every stage writes into a job folder (``outputs/...`` or a sweep's sub-folder). What it holds:
 
-- ``manifest.json``: what produced the job (stage, config, data record, versions; ``ctxbench.manifest``); the mark of a
+- ``manifest.json``: what produced the job (stage, config, data record, versions; ``ctxbench.jobs.manifest``); the mark
+of a
   job folder.
 - run_exp: ``results.jsonl`` (one line per example and method, appended as they finish), ``summary.json`` and
   ``summary.md`` (written at the end: a job without ``summary.json`` is unfinished), ``shard.json`` (a finished shard),
@@ -26,12 +27,12 @@ from typing import Any, Iterable, Iterator, Optional
 
 import yaml
 
-from ctxbench.errors import ConfigError, DataError
-from ctxbench.jsonl import iter_jsonl
+from ctxbench.core.errors import ConfigError, DataError
+from ctxbench.core.jsonl import iter_jsonl
 from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.metrics.summary import run_summary
-from ctxbench.part import without_neutral
-from ctxbench.run_outputs import run_setting
+from ctxbench.core.part import without_neutral
+from ctxbench.jobs.run_outputs import run_setting
 
 MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"

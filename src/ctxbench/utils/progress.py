@@ -18,7 +18,7 @@ from typing import Optional
 
 from tqdm import tqdm
 
-log = logging.getLogger("ctxbench.progress")
+log = logging.getLogger("ctxbench.utils.progress")
 
 TERMINAL_DELAY_S = 2.0
 LOG_EVERY_S = 30.0

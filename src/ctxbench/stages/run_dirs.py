@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxbench.errors import ConfigError
-from ctxbench.results import job_dirs
+from ctxbench.core.errors import ConfigError
+from ctxbench.jobs.results import job_dirs
 
 # set by the command-line entry: a resolver error (raised while Hydra resolves hydra.run.dir, outside the task) then
 # ends as one line and exit code 2, like every other user error

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ctxbench.errors import DataError
+from ctxbench.core.errors import DataError
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ chat template."""
 
 from __future__ import annotations
 
-from ctxbench.spans import tokenizer_name
+from ctxbench.utils.spans import tokenizer_name
 
 
 def eos_ids(tokenizer) -> list[int]:

@@ -1,7 +1,7 @@
 """Structured-config schemas for Hydra, registered in the ConfigStore so a misspelt or unknown key is an error.
 
 The stage configs are dataclasses here. Pluggable parts (``dataset``, ``attribution.<name>``, ``mode.<name>``) are
-``_target_`` nodes: their schema is made from their class's constructor (``ctxbench.parts``), never listed twice.
+``_target_`` nodes: their schema is made from their class's constructor (``ctxbench.core.part``), never listed twice.
 ``attribution`` and ``mode`` are dictionaries keyed by option name, so several options can be selected at once
 (``mode=[faithfulness,recovery]``) and stay separate.
 """
@@ -16,9 +16,9 @@ from omegaconf import MISSING
 
 from ctxbench.datasets.base import Paths
 from ctxbench.models.spec import ModelConfig
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.prompts.icl import ICLTemplate, box_template
-from ctxbench.run_outputs import RunOutputs
+from ctxbench.jobs.run_outputs import RunOutputs
 from ctxbench.metrics.stats import StatsSettings
 
 
@@ -152,13 +152,13 @@ class PreviewConfig(PromptConfig):
 
 
 # The project's config folder (the package is installed from the project, editable).
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
 
 def register_configs(conf_dir: str | Path = CONF_DIR) -> None:
     from hydra.core.config_store import ConfigStore
 
-    from ctxbench.parts import register_part_schemas
+    from ctxbench.core.part import register_part_schemas
 
     cs = ConfigStore.instance()
     cs.store(name="sample_schema", node=SampleConfig)
@@ -167,7 +167,7 @@ def register_configs(conf_dir: str | Path = CONF_DIR) -> None:
     cs.store(name="report_schema", node=ReportConfig)
     cs.store(name="preview_schema", node=PreviewConfig)
     register_part_schemas(conf_dir)
-    from ctxbench.run_dirs import register_resolvers
+    from ctxbench.stages.run_dirs import register_resolvers
 
     register_resolvers()  # hydra.run.dir / hydra.sweep.dir (conf/hydra/default.yaml)
 

@@ -1,9 +1,9 @@
 """What a run_exp job writes besides its per-example results, and how the reports read those settings back.
 
 ``RunOutputs`` holds the stage-level keys that say which views are scored and which extra files a job writes. The
-run's config (``ctxbench.conf.RunConfig``) inherits them, so they stay flat keys on the command line (``views=[seq]``,
-``html=false``), and their defaults are written once, here. A report reading a job folder made before a key existed
-takes the same default through ``run_setting``.
+run's config (``ctxbench.stages.conf.RunConfig``) inherits them, so they stay flat keys on the command line
+(``views=[seq]``, ``html=false``), and their defaults are written once, here. A report reading a job folder made before
+a key existed takes the same default through ``run_setting``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, List
 
-from ctxbench.part import param
+from ctxbench.core.part import param
 from ctxbench.metrics.stats import StatsSettings
 
 

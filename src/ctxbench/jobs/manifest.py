@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
-from ctxbench.files import atomic_write_text
+from ctxbench.utils.files import atomic_write_text
 
 SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|authorization)$", re.IGNORECASE)
 REDACTED = "***REDACTED***"

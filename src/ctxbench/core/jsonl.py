@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator, Optional
 import jsonlines
 from filelock import Timeout
 
-from ctxbench.errors import DataError
-from ctxbench.locks import hold, let_go
+from ctxbench.core.errors import DataError
+from ctxbench.utils.locks import hold, let_go
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,10 @@ class AppendOnlyJsonl:
 
     On open, a torn last line (a crash mid-write: no trailing newline, or not valid JSON) is cut off so the file stays
     valid; every complete line is kept. ``key`` extracts the identity used for resuming (e.g. the example id).
-    One writer at a time: ``<path>.lock`` is held while open (``ctxbench.locks.hold``, the project's one lock scheme),
-    and a second writer, in this process or another (the same job started twice), is refused before it reads or cuts
-    anything, since it would take the first one's line in progress for a torn one and both would write the same keys.
+    One writer at a time: ``<path>.lock`` is held while open (``ctxbench.utils.locks.hold``, the project's one lock
+    scheme), and a second writer, in this process or another (the same job started twice), is refused before it reads
+    or cuts anything, since it would take the first one's line in progress for a torn one and both would write the same
+    keys.
     """
 
     def __init__(self, path: str | Path, key: Callable[[dict[str, Any]], str],

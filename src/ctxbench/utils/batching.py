@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ctxbench import progress as progress_display
+from ctxbench.utils import progress as progress_display
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def run_in_batches(n: int, batch_size: int, run: Callable[[int, int], None], *, 
                    unit: str = "item") -> BatchRun:
     """Call ``run(lo, hi)`` for consecutive slices covering ``range(n)``, at most ``batch_size`` items each; on
     ``torch.cuda.OutOfMemoryError`` halve the size and retry the slice (a failure at size 1 is raised). The size
-    that worked is kept for the remaining slices. The progress is shown (``ctxbench.progress``) as ``what``, in
+    that worked is kept for the remaining slices. The progress is shown (``ctxbench.utils.progress``) as ``what``, in
     ``unit``s."""
     batch = max(1, batch_size)
     lo = passes = retries = 0

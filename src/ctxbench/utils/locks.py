@@ -6,8 +6,8 @@ RULER file on first use. ``create_once`` takes an exclusive file lock beside the
 job made it meanwhile, and only then runs the maker; makers write through a temporary name and an atomic rename, so a
 reader that does not lock never sees half a cache either.
 
-One writer of a file at a time (``ctxbench.jsonl.AppendOnlyJsonl``): ``hold`` takes the lock without waiting, so the
-same job started twice is refused at once rather than queued behind the first; ``let_go`` releases it.
+One writer of a file at a time (``ctxbench.core.jsonl.AppendOnlyJsonl``): ``hold`` takes the lock without waiting, so
+the same job started twice is refused at once rather than queued behind the first; ``let_go`` releases it.
 """
 
 from __future__ import annotations
