@@ -12,8 +12,9 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -70,10 +71,81 @@ def open_results(path: Path, fingerprints: dict[str, str]) -> AppendOnlyJsonl:
     return AppendOnlyJsonl(path, key=_result_key, validate=check)
 
 
+class JobResults:
+    """The job's ``results.jsonl``, owned for the whole run: an existing file is checked against this run's settings
+    and locked against a second writer when the job starts, before the model loads and before anything of the folder
+    changes (a refused rerun leaves it as it was); a new one is created by ``open`` once the job is accepted; the
+    lock goes with the ``with`` block, however the run ends."""
+
+    def __init__(self, path: Path, fingerprints: dict[str, str]):
+        self.path, self.fingerprints = path, fingerprints
+        self.file = open_results(path, fingerprints) if path.exists() else None
+        if self.file is None and held_elsewhere(path):  # a job of this folder still loading, no line written yet
+            raise DataError("another process is writing this job (the same job running twice?); wait for it to end "
+                            "or stop it, then rerun to resume", file=path)
+
+    def open(self) -> AppendOnlyJsonl:
+        if self.file is None:
+            self.file = open_results(self.path, self.fingerprints)
+        return self.file
+
+    def __enter__(self) -> "JobResults":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+@dataclass
+class RunPlan:
+    """What a run_exp job works on, built and checked before anything is loaded or written (``plan_run``)."""
+
+    cfg: DictConfig
+    output_dir: Path
+    paths: Any
+    model_cfg: Any
+    views: tuple[str, ...]
+    methods: dict[str, Attributor]
+    scorers: dict
+    stats: Any
+    shard: Shard
+    tok: Any
+    source: Any
+    examples: list  # this shard's examples
+    n_total: int  # the examples of the whole run
+    with_heatmap: set[str]
+    fingerprints: dict[str, str]
+
+
 def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    """Plan the job (every part built and checked, the examples loaded), then, with its results file held: record the
+    job, load the model, score the examples not scored yet; then write the summary (or the shard's record)."""
     check_stage_config(cfg, RunConfig)
     progress.set_enabled(cfg.progress)
-    # A mode that is a whole evaluation of its own (retrieval) runs alone; the others score attributions.
+    delegated = _delegated(cfg, output_dir)
+    if delegated is not None:
+        return delegated()
+    plan = plan_run(cfg, Path(output_dir))
+    with JobResults(plan.output_dir / RESULTS, plan.fingerprints) as job:
+        accept_job()
+        write_run_manifest(plan.output_dir, to_plain(cfg), stage="run_exp", root=plan.paths.root, source=plan.source,
+                           n_examples=plan.n_total)
+        if cfg.dry_run:
+            log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no "
+                     "attribution", len(plan.examples))
+            return {"dry_run": True, "examples": len(plan.examples)}
+        results = job.open()  # held from now on, while the model loads: a second run of this job is refused up front
+        model = _load_model(plan)
+        for scorer in plan.scorers.values():
+            scorer.use_job_dir(plan.output_dir)
+        refused = _score_examples(plan, results, model)
+    return _finish(plan, refused)
+
+
+def _delegated(cfg: DictConfig, output_dir: str | Path):
+    """The stage a run_exp job hands over to, as a call, or None: a mode that is a whole evaluation of its own
+    (retrieval) runs alone; ``merge=[...]`` joins finished shards."""
     modes = build_all(cfg.mode, "mode")
     own = [m for m in modes.values() if isinstance(m, RetrievalMode)]
     if own:
@@ -82,16 +154,18 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                               f"in a job of its own (mode=retrieval)")
         from ctxbench.stages.retrieval import retrieval_stage
 
-        return retrieval_stage(cfg, output_dir, own[0])
+        return lambda: retrieval_stage(cfg, output_dir, own[0])
     if cfg.merge:
         from ctxbench.stages.run_shards import find_shard_dirs, merge_run
 
-        return merge_run(find_shard_dirs(cfg.merge), output_dir, stats=OmegaConf.to_object(cfg.stats))
-    output_dir = Path(output_dir)
+        return lambda: merge_run(find_shard_dirs(cfg.merge), output_dir, stats=OmegaConf.to_object(cfg.stats))
+    return None
+
+
+def plan_run(cfg: DictConfig, output_dir: Path) -> RunPlan:
+    """Every part built (its settings checked) and the examples loaded and checked, before any model is loaded."""
     paths = stage_paths(cfg)
     model_cfg = OmegaConf.to_object(cfg.model)
-    views = tuple(cfg.views)
-    # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
     methods = build_all(cfg.attribution, "attribution", Attributor)
     scorers = build_scorers(cfg.mode)
@@ -107,105 +181,102 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     check_targets(examples, source)  # nothing to explain (raw MoreHopQA rows, an empty cache): refused here
     for scorer in scorers.values():
         scorer.check(examples, source.name)
-    fingerprints = {name: config_fingerprint(cfg, name) for name in methods}
-    results_path = output_dir / RESULTS
-    # The results already in the folder are checked against this run's settings (and locked against a second
-    # writer) before the model loads and before anything of the folder changes: a refused rerun leaves it as it was.
-    stored = open_results(results_path, fingerprints) if results_path.exists() else None
-    if stored is None and held_elsewhere(results_path):  # a job of this folder still loading, no line written yet
-        raise DataError("another process is writing this job (the same job running twice?); wait for it to end or "
-                        "stop it, then rerun to resume", file=results_path)
-    try:
-        accept_job()
-        write_run_manifest(output_dir, to_plain(cfg), stage="run_exp", root=paths.root, source=source,
-                           n_examples=len(examples))
-        with_heatmap = {e.example_id for e in examples[:cfg.heatmaps]}  # by position in the dataset, shard or not
-        n_total, examples = len(examples), shard.select(examples)
-        if cfg.dry_run:
-            log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no "
-                     "attribution", len(examples))
-            if stored is not None:
-                stored.close()
-            return {"dry_run": True, "examples": len(examples)}
-        if stored is None:  # held from now on, while the model loads: a second run of this job is refused up front
-            stored = open_results(results_path, fingerprints)
-        model_free = not any(p.needs_model for p in (*methods.values(), *scorers.values()))
-        if model_free:
-            model = None
-            log.info("controls only (%s) with model-free modes (%s): no model weights loaded, tokenizer only",
-                     ", ".join(methods), ", ".join(scorers))
-        else:
-            loaded = load_causal_lm(model_cfg, need_attentions=True, cache_dir=paths.model_cache_dir)
-            model = loaded.model
-            log.info("model %s on %s (%s)", model_cfg.name, loaded.device, loaded.model.dtype)
-    except BaseException:
-        if stored is not None:
-            stored.close()
-        raise
-    for scorer in scorers.values():
-        scorer.use_job_dir(output_dir)
+    return RunPlan(cfg=cfg, output_dir=output_dir, paths=paths, model_cfg=model_cfg, views=tuple(cfg.views),
+                   methods=methods, scorers=scorers, stats=stats, shard=shard, tok=tok, source=source,
+                   examples=shard.select(examples), n_total=len(examples),
+                   # by position in the dataset, shard or not
+                   with_heatmap={e.example_id for e in examples[:cfg.heatmaps]},
+                   fingerprints={name: config_fingerprint(cfg, name) for name in methods})
 
-    refused, refused_ids = [], []
-    with stored as results:
-        on_interrupt(lambda: _kept(results, examples, list(methods), results_path))
-        todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
-        todo = {k: v for k, v in todo.items() if v}
-        if len(todo) < len(examples):
-            log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
-        ready = []
-        for ex in (e for e in examples if e.example_id in todo):
-            try:
-                ready.append((ex, prepare_example(ex, tok, cfg.prompt_format)))
-            except ExampleRefused as exc:
-                refused.append(str(exc))
-                refused_ids.append(ex.example_id)
-                log.warning("skipped: %s", exc)
-        if cfg.memory_check and model is not None:  # before the first example, not minutes into it
-            _check_memory(model, [p.model_input for _, p in ready],
-                          {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
-                          scorers, cfg.memory_budget_gib)
-        # one step of the bar per (example, method); its label names the method and the step under way (an example
-        # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
-        bar = progress.bar(sum(len(todo[ex.example_id]) for ex, _ in ready), f"run_exp {source.name}", "method",
-                           leave=True)
-        per_example: list[float] = []
-        for n, (ex, prepared) in enumerate(ready, 1):
-            t0 = time.perf_counter()
-            pending = {m: methods[m] for m in todo[ex.example_id]}
 
-            def on_step(method: str, step: str, n=n) -> None:
-                bar.set_description(f"run_exp {source.name} example {n}/{len(ready)} {method}: {step}")
+def _load_model(plan: RunPlan):
+    """The model, or None when no method or mode needs one (controls with recovery: the tokenizer is enough)."""
+    if not any(p.needs_model for p in (*plan.methods.values(), *plan.scorers.values())):
+        log.info("controls only (%s) with model-free modes (%s): no model weights loaded, tokenizer only",
+                 ", ".join(plan.methods), ", ".join(plan.scorers))
+        return None
+    loaded = load_causal_lm(plan.model_cfg, need_attentions=True, cache_dir=plan.paths.model_cache_dir)
+    log.info("model %s on %s (%s)", plan.model_cfg.name, loaded.device, loaded.model.dtype)
+    return loaded.model
 
-            # each method's record is written as soon as it is scored: a run stopped mid-example (a Table-1
-            # example takes most of an hour on a CPU) resumes at the next method, not at the example's first
-            decoded = _decoded(tok, prepared) if ex.example_id in with_heatmap else None
-            for method, result, record in evaluate_example(model, tok, prepared, pending, scorers, views, on_step):
-                record["config"] = fingerprints[method]
-                if decoded is not None:  # before the record, which marks the method done
-                    _write_heatmap(output_dir, decoded, prepared, result, method, views[0])
-                    _write_heatmap_data(output_dir, decoded, prepared, method, result, views)
-                results.append(record)
-                if cfg.save_traces:
-                    save_trace(output_dir / "traces" / method, ex.example_id, result)
-                bar.update(1)
-            per_example.append(time.perf_counter() - t0)
-            bar.set_postfix_str(f"{sum(per_example) / len(per_example):.1f} s/example")
-            log.info("example %s (%d of %d): %d method%s in %.1f s", ex.example_id, n, len(ready), len(pending),
-                     "s" * (len(pending) != 1), per_example[-1])
-        bar.close()
+
+def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tuple[str, str]]:
+    """Score every (example, method) not in ``results`` yet, appending each record as it is scored; the examples
+    refused by their preparation, ``(example id, reason)``."""
+    methods, examples = plan.methods, plan.examples
+    on_interrupt(lambda: _kept(results, examples, list(methods), results.path))
+    todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
+    todo = {k: v for k, v in todo.items() if v}
+    if len(todo) < len(examples):
+        log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
+    ready, refused = [], []
+    for ex in (e for e in examples if e.example_id in todo):
+        try:
+            ready.append((ex, prepare_example(ex, plan.tok, plan.cfg.prompt_format)))
+        except ExampleRefused as exc:
+            refused.append((ex.example_id, str(exc)))
+            log.warning("skipped: %s", exc)
+    if plan.cfg.memory_check and model is not None:  # before the first example, not minutes into it
+        _check_memory(model, [p.model_input for _, p in ready],
+                      {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
+                      plan.scorers, plan.cfg.memory_budget_gib)
     if refused and len(refused) == len(todo):
-        raise ExampleRefused(f"every example was refused; first reason: {refused[0]}")
-    if shard.count > 1:  # the merge (run_exp merge=[...] or the report) writes the summary of the whole run
-        write_shard_record(output_dir, shard.index, shard.count, n_total, [e.example_id for e in examples],
-                           refused_ids, refused)
+        raise ExampleRefused(f"every example was refused; first reason: {refused[0][1]}")
+    # one step of the bar per (example, method); its label names the method and the step under way (an example
+    # takes minutes on a CPU), its postfix the real time per example (attribution and every scoring step)
+    bar = progress.bar(sum(len(todo[ex.example_id]) for ex, _ in ready), f"run_exp {plan.source.name}", "method",
+                       leave=True)
+    per_example: list[float] = []
+    for n, (ex, prepared) in enumerate(ready, 1):
+        t0 = time.perf_counter()
+        pending = {m: methods[m] for m in todo[ex.example_id]}
+
+        def on_step(method: str, step: str, n=n) -> None:
+            bar.set_description(f"run_exp {plan.source.name} example {n}/{len(ready)} {method}: {step}")
+
+        _score_example(plan, results, model, prepared, pending, on_step, bar)
+        per_example.append(time.perf_counter() - t0)
+        bar.set_postfix_str(f"{sum(per_example) / len(per_example):.1f} s/example")
+        log.info("example %s (%d of %d): %d method%s in %.1f s", ex.example_id, n, len(ready), len(pending),
+                 "s" * (len(pending) != 1), per_example[-1])
+    bar.close()
+    return refused
+
+
+def _score_example(plan: RunPlan, results: AppendOnlyJsonl, model, prepared, pending: dict, on_step, bar) -> None:
+    """One example's pending methods. Each method's record is written as soon as it is scored: a run stopped
+    mid-example (a Table-1 example takes most of an hour on a CPU) resumes at the next method, not at the example's
+    first; its heat maps are written before the record, which marks the method done."""
+    ex = prepared.example
+    decoded = _decoded(plan.tok, prepared) if ex.example_id in plan.with_heatmap else None
+    for method, result, record in evaluate_example(model, plan.tok, prepared, pending, plan.scorers, plan.views,
+                                                   on_step):
+        record["config"] = plan.fingerprints[method]
+        if decoded is not None:
+            _write_heatmap(plan.output_dir, decoded, prepared, result, method, plan.views[0])
+            _write_heatmap_data(plan.output_dir, decoded, prepared, method, result, plan.views)
+        results.append(record)
+        if plan.cfg.save_traces:
+            save_trace(plan.output_dir / "traces" / method, ex.example_id, result)
+        bar.update(1)
+
+
+def _finish(plan: RunPlan, refused: list[tuple[str, str]]) -> dict:
+    """The job's summary files (and report.html), or for one shard of several its record: the merge writes the
+    summary of the whole run."""
+    shard, examples = plan.shard, plan.examples
+    reasons, refused_ids = [r for _, r in refused], [i for i, _ in refused]
+    if shard.count > 1:
+        write_shard_record(plan.output_dir, shard.index, shard.count, plan.n_total, [e.example_id for e in examples],
+                           refused_ids, reasons)
         log.info("shard %d of %d done: %d examples; merge with run_exp merge=[<dirs>]", shard.index, shard.count,
                  len(examples))
         return {"shard": [shard.index, shard.count], "examples": len(examples)}
-    title = f"run_exp: {source.name}, {model_cfg.name}, {len(examples)} examples"
-    summary = write_job_summary(output_dir, list(methods), scorers, list(views), title=title, refused=refused,
-                                stats=stats)
-    if cfg.html:
-        write_run_html(output_dir, title, cfg.heatmaps)
+    title = f"run_exp: {plan.source.name}, {plan.model_cfg.name}, {len(examples)} examples"
+    summary = write_job_summary(plan.output_dir, list(plan.methods), plan.scorers, list(plan.views), title=title,
+                                refused=reasons, stats=plan.stats)
+    if plan.cfg.html:
+        write_run_html(plan.output_dir, title, plan.cfg.heatmaps)
     return summary
 
 
