@@ -8,7 +8,7 @@ section is a ``Table`` and the pages (table1.md, pairs.md) are rendered from ``t
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -116,39 +116,52 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
     cells: dict[tuple[str, str], dict] = {}
     datasets, methods, metrics = [], [], {}
     for job in jobs:
-        scorers = job.summary.get("scorers", {})
-        for desc in scorers.values():
+        for desc in job.summary.get("scorers", {}).values():
             for m in desc["metrics"]:
                 metrics.setdefault(m["label"], m)
-        for method, s in job.summary["methods"].items():
-            key = (job.dataset, method)
-            # runs of one task and method with different modes fill one row (Table 1: faithfulness with hops=1,
-            # recovery with hops=3, two sweeps); a scorer given by two runs was resolved by find_jobs
-            if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
-                continue  # every figure this run had of the method is taken from a later run: its N does not count
-            origin = next((m for m, label in job.labels.items() if label == method), method)
-            cell = cells.setdefault(key, {"runs_n": set(), "stats": {}, "method": origin,
-                                          "setting": job.settings.get(origin, "")})
-            for name, desc in scorers.items():
-                for m in desc["metrics"]:
-                    if job.scores(method, name):
-                        cell[m["label"]] = s[name][view][m["key"]]["mean"]
-                        cell["stats"][m["label"]] = s[name][view][m["key"]]
-                    else:
-                        cell.setdefault(m["label"], None)
-            cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
-            if job.dataset not in datasets:
-                datasets.append(job.dataset)
-            if method not in methods:
-                methods.append(method)
+        for method in _add_job_cells(cells, job, view):
+            datasets += [job.dataset] if job.dataset not in datasets else []
+            methods += [method] if method not in methods else []
     if stats is not None:
-        for dataset, (records, scorers) in by_dataset(jobs).items():
-            for method, s in summarize(records, scorers, [view], stats).items():
-                for name, scorer in scorers.items():
-                    for m in scorer.metrics():
-                        if name in s and (dataset, method) in cells:
-                            cells[(dataset, method)]["stats"][m.label] = s[name][view][m.key]
+        _recompute_stats(cells, jobs, view, stats)
     return datasets, methods, list(metrics.values()), cells
+
+
+def _add_job_cells(cells: dict[tuple[str, str], dict], job: JobRun, view: str) -> list[str]:
+    """One job's figures into ``cells``; the methods it gave a row. Runs of one task and method with different modes
+    fill one row (Table 1: faithfulness with hops=1, recovery with hops=3, two sweeps); a scorer given by two runs was
+    resolved by ``find_jobs``."""
+    scorers = job.summary.get("scorers", {})
+    filled = []
+    for method, s in job.summary["methods"].items():
+        if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
+            continue  # every figure this run had of the method is taken from a later run: its N does not count
+        origin = next((m for m, label in job.labels.items() if label == method), method)
+        cell = cells.setdefault((job.dataset, method), {"runs_n": set(), "stats": {}, "method": origin,
+                                                        "setting": job.settings.get(origin, "")})
+        for name, desc in scorers.items():
+            for m in desc["metrics"]:
+                if job.scores(method, name):
+                    cell[m["label"]] = s[name][view][m["key"]]["mean"]
+                    cell["stats"][m["label"]] = s[name][view][m["key"]]
+                else:
+                    cell.setdefault(m["label"], None)
+        cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
+        filled.append(method)
+    return filled
+
+
+def _recompute_stats(cells: dict[tuple[str, str], dict], jobs: list[JobRun], view: str,
+                     stats: StatsSettings) -> None:
+    """The cells' figures recomputed from the jobs' results.jsonl with the report's ``stats`` settings."""
+    for dataset, (records, scorers) in by_dataset(jobs).items():
+        for method, s in summarize(records, scorers, [view], stats).items():
+            if (dataset, method) not in cells:
+                continue
+            for name, scorer in scorers.items():
+                if name in s:
+                    for m in scorer.metrics():
+                        cells[(dataset, method)]["stats"][m.label] = s[name][view][m.key]
 
 
 def task_n(cells: dict[tuple[str, str], dict], dataset: str, methods: list[str]) -> str:
@@ -194,75 +207,123 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     method's, ``MinExamples``) is not filled (the table says so); the caches in the ``samples`` folders that no run
     explained are listed with their funnels.
     ``table``: ``table1(jobs, view, stats)`` when the caller already has it."""
-    stats = stats or StatsSettings()
-    least = MinExamples.of_value(min_examples)
-    datasets, methods, described, cells = table or table1(jobs, view, stats)
-    rows = rows_from_cells(datasets, methods, described, cells, view)
-    metrics = shown_metrics(rows, described)  # the columns: the metrics some method has a figure of
-    comps = comparisons(jobs, view, stats)
-
-    paper_figures = load_paper()
-    ranked = ranked_cells(cells, least)
-    orderings = ordering_rows(datasets, methods, metrics, ranked, comps, paper_figures) if paper else None
-    sources = source_rows(jobs, list(samples))
-    by_set = deletion_set_rows(datasets, methods, ranked, comps, paper_figures)
-    pooled = by_dataset(jobs)
-    budgets = budget_rows({d: recs for d, (recs, _) in pooled.items()})
-    checks = control_rows(datasets, methods, metrics, cells,
-                          {d: example_values(recs, scorers, view) for d, (recs, scorers) in pooled.items()},
-                          least, stats)
-    times = time_rows(jobs)
-
-    def n_of(d):
-        return task_n(cells, d, methods)
-
-    marked = marks(checks)
-    headline = [m for m in metrics if m.get("key") in HEADLINE_KEYS] or metrics
-    tasks = []
+    r = _gather(jobs, view, stats or StatsSettings(), MinExamples.of_value(min_examples), paper, caption,
+                table or table1(jobs, view, stats or StatsSettings()), list(samples))
     out = Path(output_dir)
-    for d in datasets:
-        t = table1_layout([d], methods, headline, cells, least, n_of, view, marked)
-        chart = interval_chart(d, methods, headline, cells, least, out / FIGURES, is_control)
-        if d in pooled:  # the task's mean deletion curve per method, over every run's records (report.html)
-            deletion_curve_plots(pooled[d][0], [view], out / FIGURES, task=d)
-        tasks.append({"name": d, "n": n_of(d), "table": without_task_column(t), "verdict": verdict(d, checks),
-                      "chart": chart.name if chart else None})
-    common = {"caption": caption, "view": view, "level": stats.level, "mark": MARK}
-    md = render_page(
-        "table1.md.j2", **common, direction=direction(headline),
-        more=[m["label"] for m in metrics if m not in headline],
-        unfinished=[(j.path, unfinished_note(j)) for j in jobs if j.unfinished], tasks=tasks, least=least,
-        sources=source_table(sources, least), budget=budget_table(budgets) if budgets else None,
-        sampling_time=sampling_time_table(sources) if times else None,
-        attribution_time=attribution_time_table(times) if times else None)
-    set_charts = [p for p in (deletion_set_chart(d, methods, ranked, out / FIGURES) for d in datasets)
-                  if p is not None]
-    pairs = render_page(
-        "pairs.md.j2", **common, paper=paper, direction=direction(metrics),
-        every=table1_layout(datasets, methods, described, cells, least, n_of, view, marked) if datasets else None,
-        any_control=any_control(checks), controls=controls_table(checks),
-        deletion_sets=deletion_set_table(by_set) if by_set else None, set_names=deletion_set_names(by_set),
-        set_charts=set_charts, comparisons=task_comparison_tables(comps, datasets, metrics),
-        orderings=ordering_table(orderings) if orderings else None)
+    md, pairs = _table1_page(r, out), _pairs_page(r, out)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
     md_path.write_text(md, encoding="utf-8")
     (out / "pairs.md").write_text(pairs, encoding="utf-8")
-    (out / "pairs.csv").write_text(csv_text(comparisons_table(comps)), encoding="utf-8", newline="")
-    csv_path.write_text(csv_text(table1_means(rows, datasets, methods, [m["label"] for m in metrics], n_of)),
-                        encoding="utf-8", newline="")
-    (out / "table1.json").write_text(json.dumps({
-        "caption": caption, "models": report_models(jobs, sources),
-        "min_examples": least.default, "min_examples_of": dict(least.of), "sources": sources, "recall_budget": budgets,
-        "deletion_sets": by_set, "controls": checks, "time": times, "view": view, "stats": asdict(stats),
-        "datasets": datasets, "methods": methods, "metrics": metrics,
+    (out / "pairs.csv").write_text(csv_text(comparisons_table(r.comps)), encoding="utf-8", newline="")
+    csv_path.write_text(csv_text(table1_means(r.rows, r.datasets, r.methods, [m["label"] for m in r.metrics],
+                                              r.n_of)), encoding="utf-8", newline="")
+    (out / "table1.json").write_text(json.dumps(_table1_json(r), indent=2) + "\n", encoding="utf-8")
+    return md_path, csv_path, md
+
+
+@dataclass
+class _Report:
+    """A Table-1 report's sections, computed once (``_gather``) and laid out by the pages and table1.json."""
+
+    jobs: list[JobRun]
+    view: str
+    stats: StatsSettings
+    least: MinExamples
+    paper: bool
+    caption: Optional[str]
+    datasets: list[str]
+    methods: list[str]
+    described: list[dict[str, Any]]  # every metric the runs describe
+    cells: dict[tuple[str, str], dict]
+    rows: list  # the cells as ResultRows
+    metrics: list[dict[str, Any]]  # the metrics some method has a figure of: the columns
+    comps: list[dict[str, Any]]
+    ranked: dict[tuple[str, str], dict]  # the cells the orderings rank (ranked_cells)
+    orderings: Optional[list[dict[str, Any]]]
+    sources: list[dict[str, Any]]
+    by_set: list[dict[str, Any]]
+    pooled: dict[str, tuple[list[dict], dict]]
+    budgets: list[dict[str, Any]]
+    checks: list[dict[str, Any]]
+    times: list[dict[str, Any]]
+
+    def n_of(self, dataset: str) -> str:
+        return task_n(self.cells, dataset, self.methods)
+
+    @property
+    def headline(self) -> list[dict[str, Any]]:
+        return [m for m in self.metrics if m.get("key") in HEADLINE_KEYS] or self.metrics
+
+
+def _gather(jobs: list[JobRun], view: str, stats: StatsSettings, least: MinExamples, paper: bool,
+            caption: Optional[str], table: tuple, samples: list) -> _Report:
+    datasets, methods, described, cells = table
+    rows = rows_from_cells(datasets, methods, described, cells, view)
+    metrics = shown_metrics(rows, described)
+    comps = comparisons(jobs, view, stats)
+    paper_figures = load_paper()
+    ranked = ranked_cells(cells, least)
+    pooled = by_dataset(jobs)
+    return _Report(
+        jobs=jobs, view=view, stats=stats, least=least, paper=paper, caption=caption, datasets=datasets,
+        methods=methods, described=described, cells=cells, rows=rows, metrics=metrics, comps=comps, ranked=ranked,
+        orderings=ordering_rows(datasets, methods, metrics, ranked, comps, paper_figures) if paper else None,
+        sources=source_rows(jobs, samples), by_set=deletion_set_rows(datasets, methods, ranked, comps, paper_figures),
+        pooled=pooled, budgets=budget_rows({d: recs for d, (recs, _) in pooled.items()}),
+        checks=control_rows(datasets, methods, metrics, cells,
+                            {d: example_values(recs, scorers, view) for d, (recs, scorers) in pooled.items()},
+                            least, stats),
+        times=time_rows(jobs))
+
+
+def _table1_page(r: _Report, out: Path) -> str:
+    """table1.md (``table1.md.j2``), and each task's charts in ``out/figures``."""
+    marked = marks(r.checks)
+    tasks = []
+    for d in r.datasets:
+        t = table1_layout([d], r.methods, r.headline, r.cells, r.least, r.n_of, r.view, marked)
+        chart = interval_chart(d, r.methods, r.headline, r.cells, r.least, out / FIGURES, is_control)
+        if d in r.pooled:  # the task's mean deletion curve per method, over every run's records (report.html)
+            deletion_curve_plots(r.pooled[d][0], [r.view], out / FIGURES, task=d)
+        tasks.append({"name": d, "n": r.n_of(d), "table": without_task_column(t), "verdict": verdict(d, r.checks),
+                      "chart": chart.name if chart else None})
+    return render_page(
+        "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK,
+        direction=direction(r.headline), more=[m["label"] for m in r.metrics if m not in r.headline],
+        unfinished=[(j.path, unfinished_note(j)) for j in r.jobs if j.unfinished], tasks=tasks, least=r.least,
+        sources=source_table(r.sources, r.least), budget=budget_table(r.budgets) if r.budgets else None,
+        sampling_time=sampling_time_table(r.sources) if r.times else None,
+        attribution_time=attribution_time_table(r.times) if r.times else None)
+
+
+def _pairs_page(r: _Report, out: Path) -> str:
+    """pairs.md (``pairs.md.j2``), and each task's slope chart of the deletion sets in ``out/figures``."""
+    set_charts = [p for p in (deletion_set_chart(d, r.methods, r.ranked, out / FIGURES) for d in r.datasets)
+                  if p is not None]
+    every = table1_layout(r.datasets, r.methods, r.described, r.cells, r.least, r.n_of, r.view, marks(r.checks))
+    return render_page(
+        "pairs.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, paper=r.paper,
+        direction=direction(r.metrics), every=every if r.datasets else None, any_control=any_control(r.checks),
+        controls=controls_table(r.checks), deletion_sets=deletion_set_table(r.by_set) if r.by_set else None,
+        set_names=deletion_set_names(r.by_set), set_charts=set_charts,
+        comparisons=task_comparison_tables(r.comps, r.datasets, r.metrics),
+        orderings=ordering_table(r.orderings) if r.orderings else None)
+
+
+def _table1_json(r: _Report) -> dict[str, Any]:
+    cells = r.cells
+    return {
+        "caption": r.caption, "models": report_models(r.jobs, r.sources),
+        "min_examples": r.least.default, "min_examples_of": dict(r.least.of), "sources": r.sources,
+        "recall_budget": r.budgets, "deletion_sets": r.by_set, "controls": r.checks, "time": r.times,
+        "view": r.view, "stats": asdict(r.stats), "datasets": r.datasets, "methods": r.methods, "metrics": r.metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}
-                  for d in datasets for me in methods if (d, me) in cells],
-        "comparisons": comps, "paper_ordering": orderings,
+                  for d in r.datasets for me in r.methods if (d, me) in cells],
+        "comparisons": r.comps, "paper_ordering": r.orderings,
         "unfinished": [{"run": str(j.path), "examples": j.unfinished[0], "planned": j.unfinished[1]}
-                       for j in jobs if j.unfinished]}, indent=2) + "\n", encoding="utf-8")
-    return md_path, csv_path, md
+                       for j in r.jobs if j.unfinished]}
 
 
 def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
