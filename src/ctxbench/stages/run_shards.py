@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -69,6 +70,21 @@ def group_shard_dirs(dirs: list[Path]) -> list[list[Path]]:
     return list(groups.values())
 
 
+@dataclass
+class _Shards:
+    """The finished shards of one run, checked against each other (``_read_shards``)."""
+
+    first: Path
+    config: dict
+    manifest: dict  # the first shard's
+    count: int
+    dirs: dict[int, Path]  # by shard index
+    slices: dict[int, list[str]]  # the example ids of each shard
+    refused_ids: set[str]
+    refused: list[str]
+    n_examples: int
+
+
 def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional[StatsSettings] = None) -> dict:
     """Join the shards of one run (module doc) into ``output_dir``; returns the summary as ``run_stage`` does."""
     from ctxbench.reporting.html import write_run_html
@@ -76,14 +92,42 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
     output_dir = Path(output_dir)
     if not shard_dirs:
         raise DataError("no sharded run_exp job (a job dir with shard.count > 1) found to merge", file=output_dir)
+    shards = _read_shards(shard_dirs)
+    order = interleave(shards.slices, shards.count, shards.n_examples, where=str(shards.first.parent))
+    position = {eid: i for i, eid in enumerate(order)}
+    methods = list(shards.config["attribution"])
+    records = _merged_records(shards, order, position, methods)
+    accept_job()  # every check passed: the job folder is written from here on (ctxbench.stages.jobdir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output_dir / RESULTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    dirs = [d for _, d in sorted(shards.dirs.items())]
+    for d in dirs:
+        for sub in COPIED_DIRS:
+            if (d / sub).is_dir():
+                shutil.copytree(d / sub, output_dir / sub, dirs_exist_ok=True)
+    _merge_traces(dirs, output_dir, position)
+    config = shards.config
+    manifest = {**shards.manifest, "config": {**config, "shard": {"index": 0, "count": 1}},
+                "merged_from": [str(d) for d in dirs]}
+    write_manifest(output_dir, manifest)
+    title = f"run_exp: {manifest['dataset']['name']}, {config['model']['name']}, {shards.n_examples} examples"
+    summary = write_job_summary(output_dir, methods, build_scorers(OmegaConf.create(config).mode),
+                                list(run_setting(config, "views")), title=title, refused=shards.refused,
+                                stats=stats or run_setting(config, "stats"))
+    if run_setting(config, "html"):
+        write_run_html(output_dir, title, run_setting(config, "heatmaps"))
+    log.info("merged %d shards (%d examples) into %s", shards.count, shards.n_examples, output_dir)
+    return summary
+
+
+def _read_shards(shard_dirs: list[Path]) -> _Shards:
+    """Every shard's manifest and record, refused unless all ran under one configuration, finished, and are the
+    shards 0..count-1 of one run, each once."""
     manifests = {d: json.loads((d / MANIFEST).read_text(encoding="utf-8")) for d in shard_dirs}
     first = shard_dirs[0]
     config = run_config(manifests[first])
-    records_by_shard: dict[int, Path] = {}
-    slices: dict[int, list[str]] = {}
-    refused_ids: set[str] = set()
-    refused: list[str] = []
     count = manifests[first]["config"]["shard"]["count"]
+    shards = _Shards(first, config, manifests[first], count, {}, {}, set(), [], 0)
     for d in shard_dirs:
         other = run_config(manifests[d])
         if other != config:
@@ -96,20 +140,23 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
         rec = json.loads((d / SHARD).read_text(encoding="utf-8"))
         if rec["count"] != count:
             raise DataError(f"shard of {rec['count']}, the others of {count}", file=d / SHARD)
-        if rec["index"] in records_by_shard:
-            raise DataError(f"shard {rec['index']} of {count} twice: {records_by_shard[rec['index']]} and {d}",
+        if rec["index"] in shards.dirs:
+            raise DataError(f"shard {rec['index']} of {count} twice: {shards.dirs[rec['index']]} and {d}",
                             file=d / SHARD)
-        records_by_shard[rec["index"]] = d
-        slices[rec["index"]] = rec["example_ids"]
-        refused_ids |= set(rec["refused_ids"])
-        refused += rec["refused"]
-        n_examples = rec["n_examples"]
-    order = interleave(slices, count, n_examples, where=str(first.parent))
-    position = {eid: i for i, eid in enumerate(order)}
-    methods = list(config["attribution"])
+        shards.dirs[rec["index"]] = d
+        shards.slices[rec["index"]] = rec["example_ids"]
+        shards.refused_ids |= set(rec["refused_ids"])
+        shards.refused += rec["refused"]
+        shards.n_examples = rec["n_examples"]
+    return shards
+
+
+def _merged_records(shards: _Shards, order: list[str], position: dict[str, int], methods: list[str]) -> list[dict]:
+    """Every shard's result lines in the run's order (example, then method); an example outside its shard's slice
+    or a result missing (of an example not refused) is refused, naming the shard to rerun."""
     records: dict[tuple[str, str], dict] = {}
-    for index, d in sorted(records_by_shard.items()):
-        mine = set(slices[index])
+    for index, d in sorted(shards.dirs.items()):
+        mine = set(shards.slices[index])
         for lineno, rec in iter_jsonl(d / RESULTS) if (d / RESULTS).exists() else []:
             if rec["example_id"] not in mine:
                 raise DataError(f"example {rec['example_id']!r} is not in shard {index}'s slice", file=d / RESULTS,
@@ -117,33 +164,11 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
             records[(rec["example_id"], rec["method"])] = rec
     for eid in order:
         for m in methods:
-            if eid not in refused_ids and (eid, m) not in records:
-                index = position[eid] % count
+            if eid not in shards.refused_ids and (eid, m) not in records:
+                index = position[eid] % shards.count
                 raise DataError(f"no result for example {eid!r}, method {m!r}; rerun shard {index}",
-                                file=records_by_shard[index] / RESULTS)
-    ranked = sorted(records.values(), key=lambda r: (position[r["example_id"]], methods.index(r["method"])))
-    accept_job()  # every check passed: the job folder is written from here on (ctxbench.stages.jobdir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(output_dir / RESULTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ranked))
-    for index, d in sorted(records_by_shard.items()):
-        for sub in COPIED_DIRS:
-            if (d / sub).is_dir():
-                shutil.copytree(d / sub, output_dir / sub, dirs_exist_ok=True)
-    _merge_traces([d for _, d in sorted(records_by_shard.items())], output_dir, position)
-    manifest = dict(manifests[first])
-    manifest["config"] = {**config, "shard": {"index": 0, "count": 1}}
-    manifest["merged_from"] = [str(d) for _, d in sorted(records_by_shard.items())]
-    write_manifest(output_dir, manifest)
-    cfg = OmegaConf.create(config)
-    scorers = build_scorers(cfg.mode)
-    views = list(run_setting(config, "views"))
-    stats = stats or run_setting(config, "stats")
-    title = f"run_exp: {manifest['dataset']['name']}, {config['model']['name']}, {n_examples} examples"
-    summary = write_job_summary(output_dir, methods, scorers, views, title=title, refused=refused, stats=stats)
-    if run_setting(config, "html"):
-        write_run_html(output_dir, title, run_setting(config, "heatmaps"))
-    log.info("merged %d shards (%d examples) into %s", count, n_examples, output_dir)
-    return summary
+                                file=shards.dirs[index] / RESULTS)
+    return sorted(records.values(), key=lambda r: (position[r["example_id"]], methods.index(r["method"])))
 
 
 def _merge_traces(dirs: list[Path], output_dir: Path, position: dict[str, int]) -> None:
