@@ -111,35 +111,25 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
 
 
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
+    """Build every part, load the rows and the model the parts run; then merge finished shards (``merge=true``) or
+    generate, judge and keep the rows not processed yet into the cache."""
     check_stage_config(cfg, SampleConfig)
     progress.set_enabled(cfg.progress)
     paths = stage_paths(cfg)
     # Every part is built (and its settings checked) before anything is loaded.
     dataset = build_dataset(cfg)
-    retriever = build(cfg.retriever, "retriever", Retriever)
-    generator = build(cfg.generator, "generator", Generator)
-    judge = build(cfg.judge, "judge", Judge)
+    parts = {"generator": build(cfg.generator, "generator", Generator), "judge": build(cfg.judge, "judge", Judge),
+             "retriever": build(cfg.retriever, "retriever", Retriever)}
     template = build_template(cfg)
     try:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    model_cfg = OmegaConf.to_object(cfg.model)
-    local = model_cfg.backend == "hf"
-    # The model group's tokenizer makes the spans (the model run_exp will explain); the model itself is loaded only
-    # when a part runs it.
-    needs_lm = local and any(part.needs_lm for part in (generator, judge, retriever))
-    # a dry run loads no model: the tokenizer alone (below) reads the rows
-    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm and not cfg.dry_run else None
-    tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
-                                                 if local else None)
-    if tokenizer is None:
-        raise ConfigError("model: spans need a local tokenizer: set the model group to the model run_exp will "
-                          "explain (backend hf) and generate with generator=openai")
+    loaded, tokenizer = _model_and_tokenizer(cfg, paths, parts.values())
     # Sampling reads the raw data, never a cache of its own output.
     # the first max_rows rows, before sharding: shards split the same first rows
     source, examples = dataset.load(paths, tokenizer, cfg.max_rows, use_cache=False)
-    generator.check(examples, dataset.name)
+    parts["generator"].check(examples, dataset.name)
     cache = cache_path(cfg, dataset.name)
 
     def accept_and_record() -> None:
@@ -156,32 +146,46 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         return _finish(output_dir, cache)
     pool_path = Path(cfg.pool) if cfg.pool else default_pool_path()
     pool = load_pool(pool_path)
-    query_rows = example_rows(examples)  # ids and positions in the whole dataset, before sharding
     try:
-        retriever.fit(pool)
+        parts["retriever"].fit(pool)
     except ValueError as exc:
         raise ConfigError(f"retriever: {exc}") from exc
-    parts = {"generator": generator.settings(), "judge": judge.settings(), "retriever": retriever.settings()}
-    settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path, parts)
+    settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path,
+                               {name: part.settings() for name, part in parts.items()})
     path = shard.path(cache)
     check_config(path, settings, record_new=False)  # a cache of other settings is refused before the folder changes
     accept_and_record()
     if cfg.dry_run:
         log.info("dry run: %d rows, pool of %d, parts built; nothing generated", len(examples), len(pool))
         return {"dry_run": True, "examples": len(examples)}
-    for part in (generator, judge, retriever):
+    for part in parts.values():
         if part.needs_lm:
             part.use_lm(loaded)  # None: an endpoint model, which a part that must run it locally refuses
-    retriever.use_template(template)
+    parts["retriever"].use_template(template)
     rows = shard.select(examples)
     with SampleCache(path, settings) as store:
         on_interrupt(lambda: f"{sum(store.processed(e.example_id) for e in rows)} of {len(rows)} rows processed, "
                              f"{store.kept} examples kept in {shown(path)}")
-        sample_rows(shard.select(examples), shard.select(query_rows), retriever=retriever, pool=pool,
-                    template=template, tokenizer=tokenizer, generator=generator, judge=judge, cache=store,
-                    max_examples=cfg.max_examples, chunk=cfg.chunk)
+        # ids and positions in the whole dataset, before sharding
+        sample_rows(rows, shard.select(example_rows(examples)), pool=pool, template=template, tokenizer=tokenizer,
+                    cache=store, max_examples=cfg.max_examples, chunk=cfg.chunk, **parts)
         store.finish()
     return _finish(output_dir, path)
+
+
+def _model_and_tokenizer(cfg: DictConfig, paths, parts) -> tuple:
+    """``(loaded model or None, tokenizer)``: the model group's tokenizer makes the spans (of the model run_exp will
+    explain); the model itself is loaded only when a part runs it, and never by a dry run."""
+    model_cfg = OmegaConf.to_object(cfg.model)
+    local = model_cfg.backend == "hf"
+    needs_lm = local and any(part.needs_lm for part in parts)
+    loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm and not cfg.dry_run else None
+    tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
+                                                 if local else None)
+    if tokenizer is None:
+        raise ConfigError("model: spans need a local tokenizer: set the model group to the model run_exp will "
+                          "explain (backend hf) and generate with generator=openai")
+    return loaded, tokenizer
 
 
 def _finish(output_dir: str | Path, path: Path) -> dict:
