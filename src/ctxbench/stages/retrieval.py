@@ -107,8 +107,7 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
     if not isinstance(dataset, (RetrievalData, Dataset)):
         raise ConfigError(f"dataset: {type(dataset).__name__} is neither retrieval data nor an attribution dataset")
     splits = load_splits(dataset, cfg, paths)
-    model_name = retriever_label(retriever)
-    r_settings = retriever.settings()
+    r_settings = retriever.settings()  # as built, before a model is handed over
     accept_job()  # the first write into the job folder (ctxbench.stages.jobdir)
     write_manifest(output_dir, build_manifest(
         to_plain(cfg), stage="run_exp", root=paths.root, output_dir=output_dir,
@@ -134,30 +133,41 @@ def retrieval_stage(cfg: DictConfig, output_dir: str | Path, mode: RetrievalMode
     root = Path(mode.output_dir) if mode.output_dir else output_dir / "search_results"
     entries, timings = [], {}
     for split in splits:
-        t: dict[str, float] = {}
-        base = {"corpus": split.fingerprint(), "search_top_k": mode.search_top_k,
-                "ignore_identical_ids": mode.ignore_identical_ids, "retriever": r_settings}
-        store = dict(root=root, overwrite=mode.overwrite, eval_name=dataset.name, model_name=model_name, split=split)
-        t0 = time.perf_counter()
-        run = stored_or_computed(None, base, lambda: search(retriever, split, mode.search_top_k,
-                                                            mode.ignore_identical_ids), **store)
-        t["search_s"] = time.perf_counter() - t0
-        runs = {NO_RERANKER: run}
-        if reranker is not None:
-            settings = {**base, "rerank_top_k": mode.rerank_top_k, "reranker": reranker.settings()}
-            t0 = time.perf_counter()
-            runs[reranker.name] = stored_or_computed(reranker.name, settings,
-                                                     lambda: rerank(reranker, split, run, mode.rerank_top_k), **store)
-            t["rerank_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for name, r in runs.items():
-            ev = evaluate(r, split.qrels, mode.k_values, mode.missing_as_zero)
-            entries.append({"model": model_name, "reranker": name, "dataset": split.dataset, "split": split.split,
-                            "column": split.column, **ev.to_dict(), "notes": notes(mode, name != NO_RERANKER)})
-        t["metrics_s"] = time.perf_counter() - t0
-        timings[split.column] = t
+        found, timings[split.column] = _evaluate_split(split, retriever, r_settings, reranker, mode, root,
+                                                       dataset.name)
+        entries += found
     md = write_job_report(output_dir, entries, mode.eval_metrics,
                           {"k_values": mode.k_values, "timings": timings, "search_results": str(root)},
-                          title=f"run_exp mode=retrieval: {model_name} on {dataset.name}")
+                          title=f"run_exp mode=retrieval: {retriever_label(retriever)} on {dataset.name}")
     print(md)
     return {"results": entries, "timings": timings}
+
+
+def _evaluate_split(split, retriever: Retriever, r_settings: dict, reranker: Optional[Reranker], mode: RetrievalMode,
+                    root: Path, eval_name: str) -> tuple[list[dict], dict[str, float]]:
+    """One split: the retriever's search (and the reranker's), each read from the stored search results when they
+    were made with the same settings, scored with pytrec_eval; the report's entries and the seconds of each step."""
+    model_name = retriever_label(retriever)
+    t: dict[str, float] = {}
+    base = {"corpus": split.fingerprint(), "search_top_k": mode.search_top_k,
+            "ignore_identical_ids": mode.ignore_identical_ids, "retriever": r_settings}
+    store = dict(root=root, overwrite=mode.overwrite, eval_name=eval_name, model_name=model_name, split=split)
+    t0 = time.perf_counter()
+    run = stored_or_computed(None, base, lambda: search(retriever, split, mode.search_top_k,
+                                                        mode.ignore_identical_ids), **store)
+    t["search_s"] = time.perf_counter() - t0
+    runs = {NO_RERANKER: run}
+    if reranker is not None:
+        settings = {**base, "rerank_top_k": mode.rerank_top_k, "reranker": reranker.settings()}
+        t0 = time.perf_counter()
+        runs[reranker.name] = stored_or_computed(reranker.name, settings,
+                                                 lambda: rerank(reranker, split, run, mode.rerank_top_k), **store)
+        t["rerank_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    entries = []
+    for name, r in runs.items():
+        ev = evaluate(r, split.qrels, mode.k_values, mode.missing_as_zero)
+        entries.append({"model": model_name, "reranker": name, "dataset": split.dataset, "split": split.split,
+                        "column": split.column, **ev.to_dict(), "notes": notes(mode, name != NO_RERANKER)})
+    t["metrics_s"] = time.perf_counter() - t0
+    return entries, t

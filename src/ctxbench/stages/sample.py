@@ -144,12 +144,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         log.info("merged %d shards into %s: %d examples kept of %d rows", merged["shards"], cache, merged["kept"],
                  merged["rows"])
         return _finish(output_dir, cache)
-    pool_path = Path(cfg.pool) if cfg.pool else default_pool_path()
-    pool = load_pool(pool_path)
-    try:
-        parts["retriever"].fit(pool)
-    except ValueError as exc:
-        raise ConfigError(f"retriever: {exc}") from exc
+    pool_path, pool = _fitted_pool(cfg, parts["retriever"])
     settings = settings_record(cfg, source.record(len(examples))["sha256"], pool_path,
                                {name: part.settings() for name, part in parts.items()})
     path = shard.path(cache)
@@ -171,6 +166,17 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                     cache=store, max_examples=cfg.max_examples, chunk=cfg.chunk, **parts)
         store.finish()
     return _finish(output_dir, path)
+
+
+def _fitted_pool(cfg: DictConfig, retriever: Retriever) -> tuple[Path, list[dict]]:
+    """The in-context example pool (``pool=``, else the packaged one), the retriever fitted on it."""
+    pool_path = Path(cfg.pool) if cfg.pool else default_pool_path()
+    pool = load_pool(pool_path)
+    try:
+        retriever.fit(pool)
+    except ValueError as exc:
+        raise ConfigError(f"retriever: {exc}") from exc
+    return pool_path, pool
 
 
 def _model_and_tokenizer(cfg: DictConfig, paths, parts) -> tuple:
