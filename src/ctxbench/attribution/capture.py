@@ -21,6 +21,7 @@ What a family's layers are and how its queries, keys, values and W_O are read: `
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -156,6 +157,82 @@ def recording_attention(model, record):
             del registry[impl]
 
 
+class _Recorder:
+    """The hooks of one capture pass, and what they keep per layer for rows ``row_start..T-1`` (in ``dtype``): the
+    attention input, or the q/k/v (and log-sum-exp) the kernel got; the layer input and ``x_mid``; the eager
+    attention probabilities when stored; a sandwich norm's row scale; the RoPE tables, one copy per base."""
+
+    def __init__(self, ad: FamilyAdapter, row_start: int):
+        self.ad, self.row_start, self.dt, L = ad, row_start, ad.dtype, ad.n_layers
+        self.hs, self.xp, self.xm, self.at, self.qkv, self.rs, self.pe_of = ([None] * L for _ in range(7))
+        self.layer_of = {id(ad.attn(li)): li for li in range(L)}
+        self.pos: dict = {}  # the model's (cos, sin) tensors -> their copy: shared by the layers using one base
+
+    def register(self, store_attention: bool) -> list:
+        ad, handles = self.ad, []
+        for li, layer in enumerate(ad.layers()):
+            handles.append(layer.register_forward_pre_hook(self.layer_pre(li), with_kwargs=True))
+            handles.append(ad.attn(li).register_forward_pre_hook(self.attn_pre(li), with_kwargs=True))
+            handles.append(ad.mid_module(li).register_forward_pre_hook(self.mid_pre(li)))
+            if ad.post_attn_norm(li) is not None:
+                handles.append(ad.post_attn_norm(li).register_forward_pre_hook(self.post_norm_pre(li)))
+            if store_attention:
+                handles.append(ad.attn(li).register_forward_hook(self.attn_out(li), with_kwargs=True))
+        return handles
+
+    def attn_pre(self, li: int):
+        def hook(mod, args, kwargs):
+            self.hs[li] = _hidden_arg(args, kwargs)[0].detach().to(self.dt)
+            pe = kwargs.get("position_embeddings")
+            if pe is not None:
+                key = (pe[0].data_ptr(), pe[1].data_ptr())
+                if key not in self.pos:
+                    self.pos[key] = (pe[0][0].detach().to(self.dt), pe[1][0].detach().to(self.dt))
+                self.pe_of[li] = self.pos[key]
+        return hook
+
+    def post_norm_pre(self, li: int):
+        def hook(mod, args):
+            self.rs[li] = self.ad.row_scale(li, args[0][0, self.row_start:].detach())
+        return hook
+
+    def layer_pre(self, li: int):
+        def hook(mod, args, kwargs):
+            self.xp[li] = _hidden_arg(args, kwargs)[0, self.row_start:].detach().to(self.dt, copy=True)
+        return hook
+
+    def attn_out(self, li: int):
+        def hook(mod, args, kwargs, out):
+            w = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+            if w is None:
+                raise UnsupportedModelError("no attention probabilities returned: load the model with "
+                                            "attn_implementation='eager' or use recompute_attention=True")
+            self.at[li] = w[0, :, self.row_start:, :].detach().to(self.dt, copy=True)
+        return hook
+
+    def mid_pre(self, li: int):
+        def hook(mod, args):
+            self.xm[li] = args[0][0, self.row_start:].detach().to(self.dt, copy=True)
+            if li == self.ad.n_layers - 1:
+                raise _StopForward
+        return hook
+
+    def record(self, module, query, key, value, lse) -> None:
+        """``recording_attention``'s callback: the kernel's own q/k/v (and log-sum-exp) of a layer."""
+        li, r, dt = self.layer_of[id(module)], self.row_start, self.dt
+        self.hs[li] = None  # the recorded q/k/v replace the attention input (T x d per layer: 0.57 GiB at 8k)
+        self.qkv[li] = (query[0, :, r:].to(dt).contiguous(), key[0].to(dt).contiguous(), value[0].to(dt).contiguous(),
+                        None if lse is None else lse[0, :, r:].to(dt).contiguous())
+
+    def layers(self) -> list[LayerCapture]:
+        out = [LayerCapture(h=self.hs[i], x_prev=self.xp[i], x_mid=self.xm[i], attn=self.at[i], row_scale=self.rs[i],
+                            pos_emb=self.pe_of[i]) for i in range(self.ad.n_layers)]
+        for lc, rec in zip(out, self.qkv):
+            if rec is not None:
+                lc.q, lc.kv, lc.lse = rec[0], (rec[1], rec[2]), rec[3]
+        return out
+
+
 @torch.no_grad()
 def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: bool = False,
             forward_attn_impl: Optional[str] = None) -> Capture:
@@ -164,90 +241,21 @@ def capture(model, input_ids: torch.Tensor, row_start: int, *, store_attention: 
     ``store_attention`` keeps the eager attention probabilities of those rows (needs an eager model);
     otherwise they are recomputed per layer later. ``forward_attn_impl`` (e.g. "sdpa") switches the kernel for this
     pass only; ignored when attention is stored (that needs eager). Everything is kept in float32, or in float64 when
-    the model is float64.
+    the model is float64. The pass stops at the last layer's ``x_mid`` (nothing after it is read).
     """
-    import time
-
     t0 = time.perf_counter()
     ad = adapter_for(model)
-    dt = ad.dtype
     ids = input_ids.reshape(1, -1).to(next(model.parameters()).device)
-    T = int(ids.shape[1])
-    L = ad.n_layers
-    hs: list = [None] * L
-    xp: list = [None] * L
-    xm: list = [None] * L
-    at: list = [None] * L
-    qkv: list = [None] * L
-    rs: list = [None] * L
-    pe_of: list = [None] * L
-    layer_of = {id(ad.attn(li)): li for li in range(L)}
-    pos: dict = {}  # the model's (cos, sin) tensors -> their copy: one per RoPE base, shared by the layers using it
-    handles = []
-
-    def attn_pre(li):
-        def hook(mod, args, kwargs):
-            hs[li] = _hidden_arg(args, kwargs)[0].detach().to(dt)
-            pe = kwargs.get("position_embeddings")
-            if pe is not None:
-                key = (pe[0].data_ptr(), pe[1].data_ptr())
-                if key not in pos:
-                    pos[key] = (pe[0][0].detach().to(dt), pe[1][0].detach().to(dt))
-                pe_of[li] = pos[key]
-        return hook
-
-    def post_norm_pre(li):
-        def hook(mod, args):
-            rs[li] = ad.row_scale(li, args[0][0, row_start:].detach())
-        return hook
-
-    def layer_pre(li):
-        def hook(mod, args, kwargs):
-            xp[li] = _hidden_arg(args, kwargs)[0, row_start:].detach().to(dt, copy=True)
-        return hook
-
-    def attn_out(li):
-        def hook(mod, args, kwargs, out):
-            w = out[1] if isinstance(out, tuple) and len(out) > 1 else None
-            if w is None:
-                raise UnsupportedModelError("no attention probabilities returned: load the model with "
-                                            "attn_implementation='eager' or use recompute_attention=True")
-            at[li] = w[0, :, row_start:, :].detach().to(dt, copy=True)
-        return hook
-
-    def record(module, query, key, value, lse):
-        li = layer_of[id(module)]
-        hs[li] = None  # the recorded q/k/v replace the attention input (T x d per layer: 0.57 GiB at 8k on SmolLM2)
-        qkv[li] = (query[0, :, row_start:].to(dt).contiguous(), key[0].to(dt).contiguous(),
-                   value[0].to(dt).contiguous(), None if lse is None else lse[0, :, row_start:].to(dt).contiguous())
-
-    def mid_pre(li):
-        def hook(mod, args):
-            xm[li] = args[0][0, row_start:].detach().to(dt, copy=True)
-            if li == L - 1:
-                raise _StopForward
-        return hook
-
-    for li, layer in enumerate(ad.layers()):
-        handles.append(layer.register_forward_pre_hook(layer_pre(li), with_kwargs=True))
-        handles.append(ad.attn(li).register_forward_pre_hook(attn_pre(li), with_kwargs=True))
-        handles.append(ad.mid_module(li).register_forward_pre_hook(mid_pre(li)))
-        if ad.post_attn_norm(li) is not None:
-            handles.append(ad.post_attn_norm(li).register_forward_pre_hook(post_norm_pre(li)))
-        if store_attention:
-            handles.append(ad.attn(li).register_forward_hook(attn_out(li), with_kwargs=True))
-    impl = "eager" if store_attention else forward_attn_impl
+    rec = _Recorder(ad, row_start)
+    handles = rec.register(store_attention)
     try:
-        with attention_kernel(model, impl), recording_attention(model, record):
+        with attention_kernel(model, "eager" if store_attention else forward_attn_impl), \
+                recording_attention(model, rec.record):
             model.base_model(input_ids=ids, use_cache=False)
     except _StopForward:
         pass
     finally:
         for hd in handles:
             hd.remove()
-    layers = [LayerCapture(h=hs[i], x_prev=xp[i], x_mid=xm[i], attn=at[i], row_scale=rs[i], pos_emb=pe_of[i])
-              for i in range(L)]
-    for lc, rec in zip(layers, qkv):
-        if rec is not None:
-            lc.q, lc.kv, lc.lse = rec[0], (rec[1], rec[2]), rec[3]
-    return Capture(adapter=ad, layers=layers, row_start=row_start, T=T, seconds=time.perf_counter() - t0)
+    return Capture(adapter=ad, layers=rec.layers(), row_start=row_start, T=int(ids.shape[1]),
+                   seconds=time.perf_counter() - t0)
