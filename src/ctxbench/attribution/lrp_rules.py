@@ -161,49 +161,59 @@ def attnlrp_rules(model, epsilon: float = 0.0) -> Iterator[LRPInput]:
         if not _known_norm(m):
             raise _unknown_norm(m)
     handles = []
+    try:
+        handles.append(ad.layers()[0].register_forward_pre_hook(_input_probe(probe), with_kwargs=True))
+        seen = set()  # an activation module may be shared between layers: one rule each
+        for linears, act, product_sink in plan:
+            for lin, share in linears:
+                handles.append(lin.register_forward_hook(_linear_hook(share, epsilon)))
+            if id(act) not in seen:
+                seen.add(id(act))
+                handles.append(act.register_forward_hook(_activation_hook))
+            if product_sink is not None:
+                handles.append(product_sink.register_forward_pre_hook(_product_hook))
+        for m in norms:
+            handles.append(m.register_forward_hook(_norm_hook))
+        yield probe
+    finally:
+        for h in handles:
+            h.remove()
 
-    def on_linear(share):
-        def hook(mod, args, out):
-            s = share.to(out.device, out.dtype) if isinstance(share, torch.Tensor) else share
-            return linear_rule(out, epsilon, s)
-        return hook
 
-    def on_activation(mod, args, out):
-        return identity_rule(args[0], out)
+def _linear_hook(share, epsilon: float):
+    """The epsilon rule on a linear module's output, with its uniform-rule ``share`` (a number or a tensor)."""
+    def hook(mod, args, out):
+        s = share.to(out.device, out.dtype) if isinstance(share, torch.Tensor) else share
+        return linear_rule(out, epsilon, s)
+    return hook
 
-    def on_product(mod, args):
-        return (uniform_rule(args[0], 2),) + tuple(args[1:])
 
-    def on_norm(mod, args, out):
-        y = frozen_norm(mod, args[0])
-        tol = _tolerance(out.dtype)
-        # the norm acts on each position alone: one position shows whether the formula is the module's
-        y1, o1 = (t.detach().reshape(-1, t.shape[-1])[-1].float() for t in (y, out))
-        if not torch.allclose(y1, o1, rtol=tol, atol=tol * float(o1.abs().max().clamp_min(1.0))):
-            raise UnsupportedModelError(f"{type(mod).__name__} does not compute the RMSNorm/LayerNorm AttnLRP knows")
-        return out.detach() + (y - y.detach())  # the model's own value, the frozen normaliser's gradient
+def _activation_hook(mod, args, out):
+    return identity_rule(args[0], out)
 
-    def on_first_layer(mod, args, kwargs):
+
+def _product_hook(mod, args):
+    return (uniform_rule(args[0], 2),) + tuple(args[1:])
+
+
+def _norm_hook(mod, args, out):
+    """The norm's own value with the frozen normaliser's gradient; refused when the module does not compute the
+    formula the rule freezes."""
+    y = frozen_norm(mod, args[0])
+    tol = _tolerance(out.dtype)
+    # the norm acts on each position alone: one position shows whether the formula is the module's
+    y1, o1 = (t.detach().reshape(-1, t.shape[-1])[-1].float() for t in (y, out))
+    if not torch.allclose(y1, o1, rtol=tol, atol=tol * float(o1.abs().max().clamp_min(1.0))):
+        raise UnsupportedModelError(f"{type(mod).__name__} does not compute the RMSNorm/LayerNorm AttnLRP knows")
+    return out.detach() + (y - y.detach())
+
+
+def _input_probe(probe: LRPInput):
+    """The first layer's input made a leaf of the graph (``probe.x0``): relevance is read off its gradient."""
+    def hook(mod, args, kwargs):
         hidden = args[0] if args else kwargs["hidden_states"]
         probe.x0 = hidden.detach().requires_grad_(True)
         if args:
             return (probe.x0,) + tuple(args[1:]), kwargs
         return args, {**kwargs, "hidden_states": probe.x0}
-
-    try:
-        handles.append(ad.layers()[0].register_forward_pre_hook(on_first_layer, with_kwargs=True))
-        seen = set()  # an activation module may be shared between layers: one rule each
-        for linears, act, product_sink in plan:
-            for lin, share in linears:
-                handles.append(lin.register_forward_hook(on_linear(share)))
-            if id(act) not in seen:
-                seen.add(id(act))
-                handles.append(act.register_forward_hook(on_activation))
-            if product_sink is not None:
-                handles.append(product_sink.register_forward_pre_hook(on_product))
-        for m in norms:
-            handles.append(m.register_forward_hook(on_norm))
-        yield probe
-    finally:
-        for h in handles:
-            h.remove()
+    return hook
