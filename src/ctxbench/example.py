@@ -139,18 +139,22 @@ def validate_example(obj: Any, *, file=None, line=None, n_target_tokens: Optiona
     if ami is not None and not (isinstance(ami, list) and all(_is_int(i) and i >= 0 for i in ami)):
         fail("must be null or a list of non-negative integers", "attr_mask_indices")
     for name in _SPAN_FIELDS:
-        span = obj[name]
-        if span is None:
-            continue
-        if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
-            fail(f"must be null or a 2-element list of integers [start, end], got {span!r}", name)
-        s, e = span
-        if s < 0 or e < s:
-            fail(f"span {span} is not a closed interval with 0 <= start <= end", name)
-        if obj["target"] is None:
-            fail(f"span {span} given but target is null", name)
+        if obj[name] is not None:
+            _check_span(obj, name, fail)
     if n_target_tokens is not None:
         _check_token_bounds(obj, n_target_tokens, fail)
+
+
+def _check_span(obj: dict, name: str, fail: Callable[[str, str], None]) -> None:
+    """A span field: ``[start, end]`` integers with ``0 <= start <= end``, on a target that is there."""
+    span = obj[name]
+    if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)):
+        fail(f"must be null or a 2-element list of integers [start, end], got {span!r}", name)
+    s, e = span
+    if s < 0 or e < s:
+        fail(f"span {span} is not a closed interval with 0 <= start <= end", name)
+    if obj["target"] is None:
+        fail(f"span {span} given but target is null", name)
 
 
 def _check_token_bounds(obj: dict, n_target_tokens: int, fail: Callable[[str, str], None]) -> None:

@@ -45,40 +45,49 @@ def tokenizer_mismatch(recorded: Any, in_use: dict) -> bool:
 
 
 def _check_line(obj: dict[str, Any], path: Path, lineno: int) -> None:
-    def fail(problem: str, fld: str):
-        raise DataError(problem, file=path, line=lineno, field=fld)
+    """A RULER line's fields, refused naming the file, line and field: ``input`` a string, ``outputs`` a non-empty
+    list of strings, the optional ``answer_prefix``, ``tokenizer`` and ``needle_spans`` (``[start, end)`` offsets
+    inside the input)."""
+    problem = _line_problem(obj)
+    if problem is not None:
+        raise DataError(problem[0], file=path, line=lineno, field=problem[1])
 
+
+def _line_problem(obj: dict[str, Any]) -> Optional[tuple[str, str]]:
+    """``(problem, field)`` of the first field that is wrong, or None."""
     for key in ("input", "outputs"):
         if key not in obj:
-            hint = ""
-            if {"prompt", "target"} <= set(obj):  # a sampled CachedExample cache, not RULER rows
-                hint = ("; this line is a CachedExample (prompt, target): read such a cache with dataset=cached "
-                        "dataset.path=<file>")
-            elif {"_id", "question", "context"} <= set(obj):
-                hint = "; this line is a MoreHopQA row: dataset=morehopqa reads them"
-            fail(f"missing field (a RULER row has input and outputs){hint}", key)
+            return f"missing field (a RULER row has input and outputs){_other_format(obj)}", key
     if not isinstance(obj["input"], str):
-        fail(f"must be a string, got {type(obj['input']).__name__}", "input")
+        return f"must be a string, got {type(obj['input']).__name__}", "input"
     if not (isinstance(obj["outputs"], list) and obj["outputs"] and all(isinstance(o, str) for o in obj["outputs"])):
-        fail("must be a non-empty list of strings", "outputs")
+        return "must be a non-empty list of strings", "outputs"
     if not isinstance(obj.get("answer_prefix", ""), str):
-        fail("must be a string", "answer_prefix")
+        return "must be a string", "answer_prefix"
     if not isinstance(obj.get("tokenizer", {}), (dict, type(None))):
-        fail("must be an object ({name_or_path, vocab_sha256})", "tokenizer")
+        return "must be an object ({name_or_path, vocab_sha256})", "tokenizer"
     spans = obj.get("needle_spans")
-    if spans is None:
-        return
-    if not isinstance(spans, list):
-        fail("must be a list", "needle_spans")
+    if spans is not None and not isinstance(spans, list):
+        return "must be a list", "needle_spans"
     n = len(obj["input"])
-    for k, ns in enumerate(spans):
-        fld = f"needle_spans[{k}].span"
+    for k, ns in enumerate(spans or []):
         sp = ns.get("span") if isinstance(ns, dict) else None
         if not (isinstance(sp, list) and len(sp) == 2
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in sp)):
-            fail(f"must be [start, end) character offsets, got {sp!r}", fld)
+            return f"must be [start, end) character offsets, got {sp!r}", f"needle_spans[{k}].span"
         if not 0 <= sp[0] < sp[1] <= n:
-            fail(f"span {sp} lies outside the input's {n} characters", fld)
+            return f"span {sp} lies outside the input's {n} characters", f"needle_spans[{k}].span"
+    return None
+
+
+def _other_format(obj: dict[str, Any]) -> str:
+    """A hint when a line without RULER's fields is another format this project reads."""
+    if {"prompt", "target"} <= set(obj):  # a sampled CachedExample cache, not RULER rows
+        return "; this line is a CachedExample (prompt, target): read such a cache with dataset=cached " \
+               "dataset.path=<file>"
+    if {"_id", "question", "context"} <= set(obj):
+        return "; this line is a MoreHopQA row: dataset=morehopqa reads them"
+    return ""
 
 
 def ruler_example(obj: dict[str, Any], *, task: str, tokenizer=None) -> CachedExample:

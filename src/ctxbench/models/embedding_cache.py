@@ -143,36 +143,41 @@ def join_shards(folder: Path, key: dict[str, Any], n: int) -> Optional[np.ndarra
         raise DataError(f"corpus encoding shards of {' and of '.join(map(str, sorted(counts)))} jobs side by side; "
                         f"delete one set (embeddings.shard-*-of-<n>.npy, key.shard-*-of-<n>.json)", file=folder)
     (count,) = counts
-    expected = _plain(key)
-    parts = []
-    for i in range(count):
-        shard = Shard(i, count)
-        array, record = shard_files(folder, shard)
-        if not (record.is_file() and array.is_file()):
-            other = _elsewhere(folder, record.name, key)
-            if other is not None:
-                raise DataError(f"shard {i} of {count} of this corpus was encoded under other settings ({other[1]}); "
-                                f"rerun it with the settings of the others", file=other[0])
-            raise DataError(f"shard {i} of {count} of the corpus encoding is missing or unfinished; run it "
-                            f"(shard.index={i} shard.count={count})", file=record)
-        stored = _read_json(record)
-        if not isinstance(stored, dict) or not isinstance(stored.get("key"), dict):
-            raise DataError("not a shard record of the embedding cache; delete it and rerun the shard", file=record)
-        place = stored.get("shard") or {}
-        if place != {"index": i, "count": count}:
-            raise DataError(f"holds shard {place.get('index')} of {place.get('count')}, not {i} of {count}: the same "
-                            f"shard twice (a copied file?); rerun shard {i}", file=record)
-        if stored["key"] != expected:
-            raise DataError(f"shard {i} of {count} was encoded under other settings or another corpus "
-                            f"({_changed(stored['key'], expected)}); rerun it", file=record)
-        emb = _load_array(array, shard_rows(n, shard))
-        if emb is None:
-            raise DataError(f"not a float32 array of {shard_rows(n, shard)} rows (corpus rows {i}, {i + count}, ... "
-                            f"of {n}); rerun shard {i}", file=array)
-        parts.append(emb)
+    parts = [_read_shard(folder, key, n, Shard(i, count)) for i in range(count)]
     if len({p.shape[1] for p in parts}) > 1:
         raise DataError(f"shards of different widths {sorted({p.shape[1] for p in parts})}", file=folder)
     out = np.empty((n, parts[0].shape[1]), dtype=np.float32)
     for i, emb in enumerate(parts):
         out[i::count] = emb
     return out
+
+
+def _read_shard(folder: Path, key: dict[str, Any], n: int, shard: Shard) -> np.ndarray:
+    """One shard's embeddings, refused (naming the shard to rerun) when missing, unfinished, encoded under other
+    settings, another shard's, or of the wrong shape."""
+    i, count = shard.index, shard.count
+    array, record = shard_files(folder, shard)
+    if not (record.is_file() and array.is_file()):
+        other = _elsewhere(folder, record.name, key)
+        if other is not None:
+            raise DataError(f"shard {i} of {count} of this corpus was encoded under other settings ({other[1]}); "
+                            f"rerun it with the settings of the others", file=other[0])
+        raise DataError(f"shard {i} of {count} of the corpus encoding is missing or unfinished; run it "
+                        f"(shard.index={i} shard.count={count})", file=record)
+    stored = _read_json(record)
+    if not isinstance(stored, dict) or not isinstance(stored.get("key"), dict):
+        raise DataError("not a shard record of the embedding cache; delete it and rerun the shard", file=record)
+    place = stored.get("shard") or {}
+    if place != {"index": i, "count": count}:
+        raise DataError(f"holds shard {place.get('index')} of {place.get('count')}, not {i} of {count}: the same "
+                        f"shard twice (a copied file?); rerun shard {i}", file=record)
+    expected = _plain(key)
+    if stored["key"] != expected:
+        raise DataError(f"shard {i} of {count} was encoded under other settings or another corpus "
+                        f"({_changed(stored['key'], expected)}); rerun it", file=record)
+    emb = _load_array(array, shard_rows(n, shard))
+    if emb is None:
+        raise DataError(f"not a float32 array of {shard_rows(n, shard)} rows (corpus rows {i}, {i + count}, ... "
+                        f"of {n}); rerun shard {i}", file=array)
+    return emb
+

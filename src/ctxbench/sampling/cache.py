@@ -138,21 +138,15 @@ def merge_shards(cache: Path, count: int, order: list[str], max_examples: Option
     settings = None
     for i in range(count):
         p = shard_path(cache, i, count)
-        if not p.exists() or not log_path(p).exists():
-            raise DataError(f"shard {i} of {count} is missing", file=p)
-        lines = [obj for _, obj in iter_jsonl(log_path(p))]
-        if not any(obj.get("done") for obj in lines):
-            raise DataError(f"shard {i} of {count} is unfinished (no done line in its log); rerun it", file=p)
-        s = json.loads(config_path(p).read_text(encoding="utf-8"))
+        lines, s = _finished_shard(p, i, count)
         if settings is not None and _differences(settings, s):
             raise DataError(f"shard {i} was made with other settings ({', '.join(_differences(settings, s)[:6])})",
                             file=p)
         settings = s
-        for obj in lines:
-            if "id" in obj:
-                if obj["id"] in logs:
-                    raise DataError(f"row {obj['id']!r} was processed by two shards", file=log_path(p))
-                logs[obj["id"]] = obj
+        for obj in (obj for obj in lines if "id" in obj):
+            if obj["id"] in logs:
+                raise DataError(f"row {obj['id']!r} was processed by two shards", file=log_path(p))
+            logs[obj["id"]] = obj
         for ex in read_examples(p):
             if ex.example_id in examples:
                 raise DataError(f"example {ex.example_id!r} is in two shards", file=p)
@@ -169,3 +163,13 @@ def merge_shards(cache: Path, count: int, order: list[str], max_examples: Option
                                                for eid in order if eid in logs) + json.dumps({"done": True}) + "\n")
     atomic_write_text(cache, "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in kept))
     return {"shards": count, "kept": len(kept), "rows": len(logs)}
+
+
+def _finished_shard(p: Path, i: int, count: int) -> tuple[list[dict], dict]:
+    """Shard ``i``'s log lines and settings, refused when it is missing or unfinished (no done line)."""
+    if not p.exists() or not log_path(p).exists():
+        raise DataError(f"shard {i} of {count} is missing", file=p)
+    lines = [obj for _, obj in iter_jsonl(log_path(p))]
+    if not any(obj.get("done") for obj in lines):
+        raise DataError(f"shard {i} of {count} is unfinished (no done line in its log); rerun it", file=p)
+    return lines, json.loads(config_path(p).read_text(encoding="utf-8"))
