@@ -549,3 +549,28 @@ def test_bm25_builds_its_index_without_debug_lines(caplog):
     assert len(r.retrieve(pool_queries(POOL)[:2])) == 2
     assert logging.getLogger("bm25s").getEffectiveLevel() == logging.WARNING
     assert not [rec for rec in caplog.records if rec.name.startswith("bm25s")]
+
+
+def test_the_retriever_capabilities_are_declared_protocols():
+    """What the stages ask of a retriever beyond the interface is declared (``CountsExamples``: a fixed ``ice_num``;
+    ``EncodesCorpus``: an embedder and corpus-shard encoding) and read with isinstance: every retriever option is
+    classified by its own fields, and a pool smaller than ``ice_num`` is refused through the protocol."""
+    import dataclasses
+
+    from hydra.utils import get_class
+
+    from ctxbench.core.part import find_targets
+    from ctxbench.retrievers.base import CountsExamples, EncodesCorpus
+    from helpers.paths import ROOT
+
+    classes = {get_class(t) for (group, _), t in find_targets(ROOT / "conf").items() if group == "retriever"}
+    assert len(classes) >= 9
+    required = {FixKRetriever: {"fix_id_list": [0]}, SlidingWindowRetriever: {"k": 1}}
+    for cls in classes:
+        names = {f.name for f in dataclasses.fields(cls)}
+        built = cls(**required.get(cls, {}))
+        assert isinstance(built, CountsExamples) == ("ice_num" in names), cls
+        assert isinstance(built, EncodesCorpus) == ("embedder" in names), cls
+    with pytest.raises(ValueError, match="ice_num=3 is larger than the pool"):
+        RandomRetriever(ice_num=3).fit([{"id": "a"}, {"id": "b"}])
+    assert RandomRetriever(ice_num=2).fit([{"id": "a"}, {"id": "b"}]).default_k() == 2

