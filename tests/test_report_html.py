@@ -16,7 +16,7 @@ from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.html import (MAX_TOKENS, PAGE, TOP_K, method_heatmap, read_examples, shades,
                                      shown_positions, write_example_data, write_report_html, write_run_html)
-from ctxbench.metrics.faithfulness import deletion_curve_plots
+from ctxbench.reporting.curves import deletion_curve_plots
 from helpers.browser import CHROMIUM_ARGS, chromium_path
 
 P, G = 30, 6

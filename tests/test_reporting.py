@@ -11,7 +11,7 @@ from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
 from ctxbench.reporting.aggregate import swept_keys, table1, write_table1
 from ctxbench.jobs.results import RESULTS, find_jobs
-from ctxbench.metrics.faithfulness import deletion_curve_plots
+from ctxbench.reporting.curves import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.metrics.summary import example_seconds, summarize
 from ctxbench.reporting.tables import markdown_summary, write_mode_csvs

@@ -9,8 +9,7 @@ deleted) and the last one (every rankable token deleted) are common to all views
 the example's inputs for the next method it scores on the same example (the step-0 input is common to all methods,
 the last one to all methods with the same rankable tokens): up to 2 of each method's 21 inputs after the first.
 
-The mode's figure (``deletion_curve_plots``, written by ``write_plots``): the mean normalised deletion curve per view
-and method.
+The mode's figure, the mean normalised deletion curve per view and method, is drawn by ``reporting.curves``.
 """
 
 from __future__ import annotations
@@ -18,17 +17,15 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
-from ctxbench.utils.files import safe_filename
 from ctxbench.attribution.base import stop_mask
 from ctxbench.attribution.memory import Need, scoring_passes
 from ctxbench.utils.batching import run_in_batches
-from ctxbench.metrics.scorer import VIEW_LABELS, Metric, Scorer
+from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
 from ctxbench.models.logits import predicting_scores
 from ctxbench.core.part import neutral, param, refuse
@@ -388,68 +385,3 @@ class FaithfulnessScorer(Scorer):
             got = (view_record.get("common") or {}).get(c)
             out.update({common_key(m, c): None if got is None else got[m] for m in COMMON_METRICS})
         return out
-
-    def write_plots(self, records, views, output_dir):
-        return deletion_curve_plots(records, views, output_dir, field=self.name)
-
-    def step_series(self, records, views):
-        curves = mean_deletion_curves(records, views, self.name)
-        return {f"{method}/{self.name}/{v}/deletion_curve": [float(x) for x in mean]
-                for v, by in curves.items() for method, (mean, _) in by.items()}
-
-
-# --- the mode's figure -----------------------------------------------------------------------------------------------
-
-GRID = np.linspace(0.0, 1.0, 21)
-
-
-def _on_grid(curve: Sequence[float]) -> np.ndarray:
-    """A normalised deletion curve (K + 1 points, K = min(20, P)) resampled on 21 fractions of deleted blocks."""
-    n = normalized_curve(np.asarray(curve, dtype=np.float64))
-    return np.interp(GRID, np.linspace(0.0, 1.0, len(n)), n)
-
-
-def mean_deletion_curves(records: Iterable[dict[str, Any]], views: list[str],
-                         field: str = "faithfulness") -> dict[str, dict[str, tuple[np.ndarray, int]]]:
-    """``{view: {method: (mean normalised curve on GRID, examples)}}`` from the ``curve`` of each view in the records'
-    ``field``: what the deletion-curve figure draws and the trackers log step by step."""
-    curves: dict[str, dict[str, list[np.ndarray]]] = {v: {} for v in views}
-    for r in records:
-        for v, f in (r.get(field) or {}).items():
-            if v in curves and f.get("curve"):
-                curves[v].setdefault(r["method"], []).append(_on_grid(f["curve"]))
-    return {v: {m: (np.mean(cs, axis=0), len(cs)) for m, cs in sorted(by.items())} for v, by in curves.items()}
-
-
-def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], output_dir: Path,
-                         field: str = "faithfulness", task: str = "") -> list[Path]:
-    """``deletion_curve_<view>.png``: per method, the mean normalised score after deleting the top-ranked blocks
-    (the ``curve`` of each view in the records' ``field``); ``task``: the report's one-task figure,
-    ``<task>.deletion_curve_<view>.png``, titled by the task."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = mean_deletion_curves(records, views, field)
-    written = []
-    for v in views:
-        if not curves[v]:
-            continue
-        fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
-        for method, (mean, n) in curves[v].items():
-            ax.plot(GRID, mean, marker="o", markersize=2.5, label=f"{method} (n={n})")
-        ax.set_xlabel("fraction of deletion steps (most attributed first)")
-        ax.set_ylabel("normalised log p(target)")
-        ax.set_title(f"{task + ': ' if task else ''}deletion curve, {VIEW_LABELS[v]} view (lower area = more "
-                     f"faithful)", fontsize=9 if task else None)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = Path(output_dir) / f"{safe_filename(task) + '.' if task else ''}deletion_curve_{v}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
-    return written

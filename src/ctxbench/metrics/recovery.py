@@ -150,10 +150,3 @@ class RecoveryScorer(Scorer):
 
     def values(self, view_record):
         return None if view_record is None else {"recall": view_record}
-
-    def csv_metric_label(self, metric):
-        return f"Recovery@{self.fraction * 100:g}%"
-
-    def csv_extra_rows(self, summary, views):
-        used = summary[self.name][views[0]]["recall"]["n"] if views else 0
-        return [["Examples Used", str(used)], ["Examples Skipped", str(summary["examples"] - used)]]

@@ -102,40 +102,9 @@ class Scorer(Part, ABC):
                 out[v][key] = {"mean": mean, "std": std, "n": len(vals)}
         return out
 
-    def csv_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
-        """FlashTrace's per-method CSV: a header of metric labels, ``<View> Attr <label> Mean`` rows, then the
-        ``<csv_std_label>`` rows, then the average attribution time."""
-        agg = summary[self.name]
-        metrics = self.metrics()
-        rows = [["Method", *[self.csv_metric_label(m) for m in metrics]]]
-        for stat, stat_name in (("mean", "Mean"), ("std", self.csv_std_label)):
-            rows += [[f"{VIEW_LABELS[v]} Attr {self.csv_label} {stat_name}",
-                      *[_fmt(agg[v][m.key][stat]) for m in metrics]] for v in views]
-        return rows + self.csv_extra_rows(summary, views) + [["Avg Sample Time (s)",
-                                                               _fmt(summary["avg_attribution_s"])]]
-
-    def csv_metric_label(self, metric: Metric) -> str:
-        return metric.label
-
-    def csv_extra_rows(self, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
-        return []
-
-    def write_plots(self, records: list[dict], views: list[str], output_dir) -> list:
-        """Figures of this mode in the job dir (none by default); returns their paths."""
-        return []
-
-    def step_series(self, records: list[dict], views: list[str]) -> dict[str, list[float]]:
-        """Metrics with steps (``<method>/<name>/<view>/<series>`` -> values by step), e.g. the mean deletion curve;
-        the experiment trackers log them step by step (none by default)."""
-        return {}
-
     def describe(self) -> dict[str, Any]:
         """What the reports need to know without this class: title and metrics (written into summary.json)."""
         return {"title": self.title, "metrics": [m.to_dict() for m in self.metrics()]}
-
-
-def _fmt(x: Optional[float]) -> str:
-    return "" if x is None else repr(float(x))
 
 
 def build_scorers(nodes) -> dict[str, "Scorer"]:

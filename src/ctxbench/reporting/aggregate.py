@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ctxbench.core.errors import ConfigError
-from ctxbench.metrics.faithfulness import deletion_curve_plots
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import compare, summarize
 from ctxbench.core.part import without_neutral
 from ctxbench.reporting.controls import (MARK, any_control, control_rows, controls_table, example_values, is_control,
                                          marks, verdict)
+from ctxbench.reporting.curves import deletion_curve_plots
 from ctxbench.reporting.figures import deletion_set_chart, interval_chart
 from ctxbench.reporting.paper import load_paper, ordering_rows, ordering_table
 from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, budget_table, deletion_set_names,

@@ -9,12 +9,35 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from ctxbench.core.jsonl import iter_jsonl
-from ctxbench.metrics.scorer import Scorer
+from ctxbench.metrics.recovery import RecoveryScorer
+from ctxbench.metrics.scorer import VIEW_LABELS, Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import run_summary
+from ctxbench.reporting.curves import mode_plots
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import comparison_tables, rows_from_summary, summary_tables
 from ctxbench.jobs.results import JobFiles
+
+
+def mode_csv_rows(scorer: Scorer, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
+    """FlashTrace's per-method CSV of one mode: a header of metric labels, ``<View> Attr <csv_label> Mean`` rows,
+    then the ``<csv_std_label>`` rows, (recovery: the examples used and skipped,) then the average attribution
+    time."""
+    agg, metrics = summary[scorer.name], scorer.metrics()
+    recovery = isinstance(scorer, RecoveryScorer)
+    # FlashTrace heads its recovery column "Recovery@10%"
+    rows = [["Method", *[f"Recovery@{scorer.fraction * 100:g}%" if recovery else m.label for m in metrics]]]
+    for stat, stat_name in (("mean", "Mean"), ("std", scorer.csv_std_label)):
+        rows += [[f"{VIEW_LABELS[v]} Attr {scorer.csv_label} {stat_name}",
+                  *[_fmt(agg[v][m.key][stat]) for m in metrics]] for v in views]
+    if recovery:
+        used = agg[views[0]]["recall"]["n"] if views else 0
+        rows += [["Examples Used", str(used)], ["Examples Skipped", str(summary["examples"] - used)]]
+    return rows + [["Avg Sample Time (s)", _fmt(summary["avg_attribution_s"])]]
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "" if x is None else repr(float(x))
 
 
 def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorers: Mapping[str, Scorer],
@@ -27,7 +50,7 @@ def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorer
                 path = Path(output_dir) / name / f"{method}.csv"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "w", newline="", encoding="utf-8") as fp:
-                    csv.writer(fp).writerows(scorer.csv_rows(s, views))
+                    csv.writer(fp).writerows(mode_csv_rows(scorer, s, views))
                 written.append(path)
     return written
 
@@ -58,7 +81,6 @@ def write_job_summary(output_dir: Path, methods: list[str], scorers: dict[str, S
     write_mode_csvs(output_dir, summary, scorers, views)
     md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
     job.summary_md.write_text(md, encoding="utf-8")
-    for scorer in scorers.values():
-        scorer.write_plots(records, views, output_dir)
+    mode_plots(scorers, records, views, output_dir)
     print(md, end="")
     return summary

@@ -6,8 +6,8 @@ Metric names are ``/``-separated paths, which MLflow, TensorBoard and W&B all gr
 
 - run_exp (``summary.json``): ``<method>/<scorer>/<view>/<metric>`` (the mean) with ``.../ci_low`` and
   ``.../ci_high`` (the bootstrap interval), ``<method>/examples``, ``<method>/avg_attribution_s``; with steps, each
-  scorer's ``step_series`` (faithfulness: ``<method>/faithfulness/<view>/deletion_curve``, the mean normalised
-  deletion curve of ``deletion_curve_<view>.png``, step = deletion step on its 21-point grid);
+  mode's curves (``reporting.curves.step_series``; faithfulness: ``<method>/faithfulness/<view>/deletion_curve``, the
+  mean normalised deletion curve of ``deletion_curve_<view>.png``, step = deletion step on its 21-point grid);
 - mode=retrieval (``retrieval.json``): ``retrieval/<metric>`` (the job's final ranking, reranked when a reranker is
   set, averaged over its splits) and ``retrieval/<split column>/<ranking>/<metric>`` for each split and ranking;
 - sample_and_filter (``funnel.json``): ``funnel/<count>`` and ``funnel/rejections/<reason>``.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ctxbench.jobs.results import FUNNEL, MANIFEST, RESULTS, RETRIEVAL_JSON, SUMMARY
+from ctxbench.reporting.curves import step_series
 
 STATE = "tracking.json"  # a job's (or a sweep's) tracker run ids, so that a resumed job continues its run
 OWN_FILES = (STATE, "metrics.csv", "params.csv")  # what the trackers themselves write into the job folder
@@ -96,8 +97,7 @@ def job_record(job_dir: str | Path, stage: str, *, scorers: Optional[dict] = Non
         rec.metrics.update(summary_metrics(summary))
         if scorers:
             records = _read_results(job_dir / RESULTS)
-            for scorer in scorers.values():
-                rec.series.update(scorer.step_series(records, list(views or [])))
+            rec.series.update(step_series(scorers, records, list(views or [])))
     retrieval = _read_json(job_dir / RETRIEVAL_JSON)
     if retrieval:
         rec.metrics.update(retrieval_metrics(retrieval))
