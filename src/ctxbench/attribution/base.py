@@ -1,4 +1,5 @@
-"""Attributor interface, result type, method registry and the helpers every method shares.
+"""Attributor interface, result type and the helpers every method shares (a method is reached by the `_target_` of
+its `conf/attribution/<name>.yaml`; there is no registry to add it to).
 
 Coordinates: the model input has T tokens; ``input_ids[gen_start:]`` are the G generated tokens; ``prompt_positions``
 (P,) locate the user-prompt tokens. Attribution columns are the P prompt tokens then the G generated tokens
