@@ -66,6 +66,8 @@ class Attributor(Part, ABC):
 
     name: ClassVar[str] = ""
     needs_model: ClassVar[bool] = True  # False: the method reads token ids only (controls); the model may be None
+    # True: the method asks the model for log-probabilities only, so it runs on a served model too (model=openai)
+    log_probs_only: ClassVar[bool] = False
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
                   rows: Optional[Sequence[int]] = None) -> AttributionResult:
@@ -104,7 +106,9 @@ class InputContext:
 
     @classmethod
     def from_model_input(cls, model, mi) -> "InputContext":
-        dev = torch.device("cpu") if model is None else next(model.parameters()).device  # None: a control's run
+        # None: a control's run; a served model (models.endpoint_lm) has the CPU's
+        dev = torch.device("cpu") if model is None else \
+            getattr(model, "device", None) or next(model.parameters()).device
         ids = torch.as_tensor(mi.input_ids, dtype=torch.long).reshape(-1).to(dev)
         pp = torch.as_tensor(mi.prompt_positions, dtype=torch.long).reshape(-1).to(dev)
         gs = int(mi.gen_start)

@@ -23,6 +23,7 @@ from ctxbench.attribution.perturbation import (SPREADS, SentenceUnits, ablated_t
                                                spread_onto_tokens)
 from ctxbench.utils.batching import run_in_batches
 from ctxbench.models.attention import attention_kernel
+from ctxbench.models.endpoint_lm import is_endpoint
 from ctxbench.models.logits import scored
 from ctxbench.core.part import neutral, param, refuse
 from ctxbench.utils.tokens import eos_id
@@ -162,6 +163,8 @@ def deleted_token_logprobs(model, input_ids: torch.Tensor, gen_start: int, delet
         if not keep[:gen_start].any():
             seq = torch.cat([torch.full((1,), pad_id, dtype=ids.dtype, device=ids.device), seq])
         seqs.append(seq)
+    if is_endpoint(model):  # the server runs the passes (models.endpoint_lm)
+        return model.target_logprobs([s.tolist() for s in seqs], g)
     out = np.empty((len(seqs), g), dtype=np.float64)
 
     def score(lo: int, hi: int) -> None:
@@ -212,6 +215,7 @@ class ContextCiteAttributor(Attributor):
     equal share) in the rows of the sink span; the question's and generated columns there are 0, other rows NaN. The
     ``cv_folds``-fold cross-validated R^2 and the counts are reported in the result's ``info``.
     """
+    log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "context_cite"
     n_ablations: int = param(64, ge=2)

@@ -33,6 +33,7 @@ CONTROL_METHODS = ("copy_match", "position", "random")  # the methods a report t
 
 @dataclass
 class _Control(Attributor):
+    log_probs_only: ClassVar[bool] = True
     needs_model: ClassVar[bool] = False
 
     def memory_need(self, shape, T, G):

@@ -21,6 +21,7 @@ from ctxbench.attribution.memory import ablation_passes
 from ctxbench.utils.batching import run_in_batches
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.models.attention import attention_kernel
+from ctxbench.models.endpoint_lm import is_endpoint
 from ctxbench.models.logits import (Scored, intact_scores, positions_per_slice, predicting_scores,
                                      variant_scores)
 from ctxbench.core.part import neutral, param
@@ -102,6 +103,14 @@ def ablated_token_scores(model, input_ids: torch.Tensor, gen_start: int, ablatio
     """
     ids = input_ids.reshape(-1)
     targets = ids[gen_start:]
+    if is_endpoint(model):  # the server runs the passes (models.endpoint_lm): log-probabilities only
+        if objective != "logprob":
+            raise ValueError(f"objective={objective!r}: a served model gives log-probabilities only (logprob)")
+        seqs = [ids.clone() for _ in ablations]
+        for seq, gone in zip(seqs, ablations):
+            seq[gone] = pad_id
+        got = model.target_logprobs([ids.tolist()] + [s.tolist() for s in seqs], targets.numel())
+        return got[0], got[1:]
     out = np.empty((len(ablations), targets.numel()), dtype=np.float64)
     first = [int(a.min()) if a.numel() else ids.numel() for a in ablations]
     order = sorted(range(len(ablations)), key=first.__getitem__)
@@ -153,6 +162,7 @@ class PerturbationAttributor(Attributor):
     (``share``).
     ``batch_size`` ablated inputs per forward pass; ``forward_attn_impl`` the attention kernel of those passes.
     """
+    log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "perturbation"
     objective: str = param("logprob", choices=OBJECTIVES)

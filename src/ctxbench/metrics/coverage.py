@@ -67,6 +67,7 @@ def coverage(w, token_offsets, sentence_spans, gold_sentences: Iterable[int]) ->
 @dataclass
 class CoverageScorer(Scorer):
     """Mode ``coverage`` (legacy): how many gold sentences (``attr_mask_indices``) get about their share of the mass."""
+    log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "coverage"
     needs_model: ClassVar[bool] = False

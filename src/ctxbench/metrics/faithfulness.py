@@ -27,6 +27,7 @@ from ctxbench.attribution.memory import Need, scoring_passes
 from ctxbench.utils.batching import run_in_batches
 from ctxbench.metrics.scorer import Metric, Scorer
 from ctxbench.models.attention import attention_kernel
+from ctxbench.models.endpoint_lm import is_endpoint
 from ctxbench.models.logits import predicting_scores
 from ctxbench.core.part import neutral, param, refuse
 from ctxbench.utils.tokens import eos_id
@@ -196,6 +197,10 @@ def sequence_logprobs(model, sequences: torch.Tensor, gen_start: int, batch_size
     (N,). ``stats``, when given, receives ``forward_passes`` (completed) and ``oom_retries`` (passes abandoned on
     out-of-memory)."""
     n = sequences.shape[0]
+    if is_endpoint(model):  # the server runs the passes (models.endpoint_lm)
+        if stats is not None:
+            stats.update(forward_passes=0, oom_retries=0)
+        return model.target_logprobs(sequences.tolist(), sequences.shape[1] - gen_start).sum(-1)
     device = _model_device(model)
     out = np.empty(n, dtype=np.float64)
 
@@ -315,6 +320,7 @@ class FaithfulnessScorer(Scorer):
     (``all``, ``nonstop``) also scores every method under one set for all, as RISE@<set> and MAS@<set>: ``all`` deletes
     every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned).
     """
+    log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "faithfulness"
     title: ClassVar[str] = "Faithfulness"

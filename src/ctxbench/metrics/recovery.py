@@ -115,6 +115,7 @@ class RecoveryScorer(Scorer):
     ``skip_stop_tokens``: a method that removes stop tokens (its result has ``prompt_stop_mask``: FlashTrace) is
     scored on its non-stop prompt tokens only (ranking, k and gold), as the FlashTrace code scores it; false ranks
     every prompt token for every method. Each record's ``recovery_budget`` holds k, the gold count and the ceiling."""
+    log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "recovery"
     needs_model: ClassVar[bool] = False

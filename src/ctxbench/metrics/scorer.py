@@ -48,6 +48,8 @@ class Scorer(Part, ABC):
     csv_label: ClassVar[str] = "Scores"  # "<View> Attr <csv_label> Mean" rows of FlashTrace's CSV
     csv_std_label: ClassVar[str] = "Std"
     needs_model: ClassVar[bool] = True  # False: scores from the attribution and the data alone (the model may be None)
+    # True: scores with the model's log-probabilities only, so a served model can do its passes (model=openai)
+    log_probs_only: ClassVar[bool] = False
 
     @abstractmethod
     def metrics(self) -> list[Metric]:

@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -82,7 +82,8 @@ class AblationStore:
     def for_example(self, model, tokenizer, prepared) -> SourceAblations:
         ctx = InputContext.from_model_input(model, prepared.model_input)
         meta = {"model": str(getattr(model.config, "_name_or_path", type(model).__name__)),
-                "dtype": str(next(model.parameters()).dtype), "example_id": str(prepared.example.example_id),
+                "dtype": str(getattr(model, "dtype", None) or next(model.parameters()).dtype),
+                "example_id": str(prepared.example.example_id),
                 "sink_span": None if prepared.sink_span is None else [int(x) for x in prepared.sink_span]}
         h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
         h.update(ctx.input_ids.cpu().numpy().astype(np.int64).tobytes())
@@ -142,6 +143,7 @@ class AblationStore:
 class AblationScorer(Scorer):
     """A scorer of source ablations (its dataclass declares ``batch_size``, ablated inputs per forward pass); the
     store is the job dir's."""
+    log_probs_only: ClassVar[bool] = True
 
     def use_job_dir(self, path) -> None:
         self._folder = None if path is None else Path(path) / "ablations"

@@ -32,5 +32,5 @@ class ModelConfig:
     # openai backend
     base_url: Optional[str] = None
     model_name: Optional[str] = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: Optional[str] = "OPENAI_API_KEY"  # null: a server without authentication
     timeout_s: float = 120.0

@@ -38,7 +38,8 @@ HEADLINE_KEYS = ("RISE", "MAS", "recall", "lds", "drop@1", "drop@3", "drop@5")
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
 # (the parts' own such keys are declared neutral on their fields: ctxbench.core.part).
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume")
+IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume",
+                    "endpoint.")
 
 
 def table_view(jobs: list[JobRun], requested: Optional[str] = None) -> str:

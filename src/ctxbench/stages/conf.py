@@ -83,6 +83,17 @@ class SampleConfig(TrackingConfig, PromptConfig):
 
 
 @dataclass
+class EndpointScoring:
+    """How run_exp sends its scoring passes to a served model (``model=openai`` / ``model=vllm``:
+    ``models.endpoint_lm``); none of it changes a result."""
+
+    concurrency: int = param(8, ge=1)  # requests in flight
+    prompts_per_request: int = param(8, ge=1)  # edited inputs per completions request
+    max_retries: int = param(5, ge=0)  # the SDK's retries of a failed request
+    cache: bool = True  # keep the replies in the job's endpoint/ folder: a rerun of the job sends nothing twice
+
+
+@dataclass
 class RunConfig(TrackingConfig, RunOutputs, DataConfig):
     """Stage 2: what to attribute and score (and, from ``RunOutputs``: views, heatmaps, html, save_traces, stats)."""
 
@@ -105,6 +116,7 @@ class RunConfig(TrackingConfig, RunOutputs, DataConfig):
     progress: bool = True
     # latest | <job or sweep folder>: go on with that run instead of starting a new folder (conf/hydra/default.yaml)
     resume: Optional[str] = None
+    endpoint: EndpointScoring = field(default_factory=EndpointScoring)  # a served model's scoring passes
 
 
 @dataclass

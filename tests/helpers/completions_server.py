@@ -1,0 +1,93 @@
+"""A real OpenAI-compatible completions server on 127.0.0.1 for the endpoint tests: ``POST /v1/completions`` with a
+prompt of token ids (or several), ``echo`` and ``logprobs`` answers as vLLM does (``choices[i].logprobs.tokens`` and
+``token_logprobs``, the first None), from a local transformers model, one full forward pass per prompt in float32
+(none of the project's own batching or prefix sharing: the second runtime the endpoint is compared against).
+``prompt_logprobs=False`` plays a server that echoes no log-probabilities; an unknown ``model`` is a 404."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import torch
+
+
+class CompletionsServer:
+    def __init__(self, model, tokenizer, served_name: str = "smollm2", prompt_logprobs: bool = True):
+        self.model, self.tokenizer, self.served_name = model, tokenizer, served_name
+        self.prompt_logprobs = prompt_logprobs
+        self.requests = 0
+        self.prompts = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "CompletionsServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+    # --- the protocol -----------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _choice(self, index: int, ids: list[int], echo: bool, logprobs: Any) -> dict:
+        x = torch.tensor([ids], dtype=torch.long)
+        with self._lock:
+            logits = self.model(input_ids=x).logits[0].float()
+        lp = torch.log_softmax(logits, dim=-1)
+        nxt = int(lp[-1].argmax())
+        tokens = [self.tokenizer.decode([t]) for t in ids] + [self.tokenizer.decode([nxt])]
+        values = [None] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))] + [float(lp[-1, nxt])]
+        out = {"index": index, "text": (self.tokenizer.decode(ids) if echo else "") + tokens[-1],
+               "finish_reason": "length", "logprobs": None}
+        if logprobs is not None:
+            keep = slice(0, None) if echo else slice(len(ids), None)
+            out["logprobs"] = {"tokens": tokens[keep], "token_logprobs": values[keep] if self.prompt_logprobs
+                               else [None] * len(tokens[keep]), "top_logprobs": None, "text_offset": None}
+        return out
+
+    def complete(self, body: dict) -> tuple[int, dict]:
+        if body.get("model") != self.served_name:
+            return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                   "type": "NotFoundError", "code": 404}}
+        prompt = body.get("prompt")
+        prompts = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], list) else [prompt]
+        prompts = [self.tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else p
+                   for p in prompts]
+        self.requests += 1
+        self.prompts += len(prompts)
+        choices = [self._choice(i, p, bool(body.get("echo")), body.get("logprobs")) for i, p in enumerate(prompts)]
+        n = sum(len(p) for p in prompts)
+        return 200, {"id": f"cmpl-{self.requests}", "object": "text_completion", "created": 0,
+                     "model": self.served_name, "choices": choices,
+                     "usage": {"prompt_tokens": n, "completion_tokens": len(prompts), "total_tokens": n + len(prompts)}}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                status, reply = server.complete(body) if self.path.endswith("/completions") else \
+                    (404, {"error": {"message": f"no route {self.path}"}})
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        return Handler

