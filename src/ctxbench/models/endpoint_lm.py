@@ -11,7 +11,8 @@ reply's echoed tokens are checked against it, so a server serving another vocabu
 the first position that differs.
 
 The client is the official OpenAI SDK (``openai``) as for the sampling stage's endpoint (``models/openai_client.py``):
-the SDK's timeout and retries, at most ``concurrency`` requests in flight, ``prompts_per_request`` edited inputs per
+the SDK's timeout and retries with that client's back-off between them, at most ``concurrency`` requests in flight
+(a progress display per batch of passes), ``prompts_per_request`` edited inputs per
 request, and an on-disk cache of the replies (``cache_dir``, keyed by the SHA-256 of the request and the URL) so a
 rerun sends nothing twice. The key is read from the variable ``api_key_env`` names (null: no key).
 """
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from ctxbench.core.errors import ConfigError, DataError
+from ctxbench.utils import progress
 from ctxbench.utils.files import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class EndpointLM:
 
     def __init__(self, base_url: str, model_name: str, tokenizer, *, api_key_env: Optional[str] = None,
                  timeout_s: float = 120.0, max_retries: int = 5, concurrency: int = 8, prompts_per_request: int = 8,
-                 cache_dir: Optional[str | Path] = None):
+                 cache_dir: Optional[str | Path] = None, backoff_s: float = 1.0, max_backoff_s: float = 60.0):
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model.base_url={base_url!r}: must be an http(s) URL such as http://127.0.0.1:8000/v1")
         if not model_name:
@@ -59,11 +61,14 @@ class EndpointLM:
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.config = SimpleNamespace(_name_or_path=f"{self.url}#{model_name}", model_type="endpoint")
         self.requests = 0  # sent (not read from the cache): what the bench counts
-        import openai  # here, not at import: the passes that only ask ``is_endpoint`` stay light
+        # here, not at import: the passes that only ask ``is_endpoint`` stay light
+        from ctxbench.models.openai_client import _Backoff, _SDKClient
 
+        # the key is read when a request is sent (the SDK's callable), never stored
         key = (lambda: os.environ.get(api_key_env, "")) if api_key_env else (lambda: "none")
-        self._sdk = openai.OpenAI(base_url=base_url.rstrip("/"), api_key=key(), timeout=float(timeout_s),
-                                  max_retries=int(max_retries))
+        self._sdk = _SDKClient(base_url=base_url.rstrip("/"), api_key=key, timeout=float(timeout_s),
+                               max_retries=int(max_retries))
+        self._sdk.backoff = _Backoff(float(backoff_s), float(max_backoff_s))  # the sampling client's waits
         self._checked = False
 
     # --- the one thing the passes ask -------------------------------------------------------------------------------
@@ -78,8 +83,13 @@ class EndpointLM:
             rest = chunks[1:]
         else:
             first, rest = [], chunks
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            replies = first + [lp for got in pool.map(self._logprobs, rest) for lp in got]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool, \
+                progress.bar(len(seqs), "endpoint passes", "seq") as shown:
+            shown.update(len(first))
+            replies = list(first)
+            for got in pool.map(self._logprobs, rest):
+                replies += got
+                shown.update(len(got))
         return np.array([lp[len(s) - n:] for s, lp in zip(seqs, replies)], dtype=np.float64)
 
     def check(self) -> None:
