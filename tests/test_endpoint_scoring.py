@@ -3,6 +3,8 @@ passes to a real OpenAI-compatible completions server on 127.0.0.1 (tests/helper
 behind it); the white-box methods, a server without prompt log-probabilities, a model it does not serve and a
 tokenizer that is not the server's are refused before any example."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -92,7 +94,7 @@ def test_the_same_example_scored_through_the_endpoint_and_locally(tmp_path, smol
     from ctxbench.stages.run import run_stage
 
     parts = ["attribution=[perturbation,context_cite,copy_match]", "attribution.context_cite.n_ablations=16",
-             "mode=[faithfulness,recovery]"]
+             "mode=[faithfulness,recovery]", "heatmaps=1"]
     with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
         remote = run_stage(compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv), *parts),
                            tmp_path / "served")
@@ -104,3 +106,9 @@ def test_the_same_example_scored_through_the_endpoint_and_locally(tmp_path, smol
                 local[method]["faithfulness"]["seq"][key]["mean"], abs=2e-4), (method, key)
         assert remote[method]["recovery"]["seq"]["recall"]["mean"] == local[method]["recovery"]["seq"]["recall"][
             "mean"], method
+    # the methods' weights themselves (the heat-map data keeps them to 4 decimals)
+    (page,) = (tmp_path / "served" / "heatmap_data").glob("*.json")
+    served_w, local_w = (json.loads(p.read_text())["methods"] for p in (page, tmp_path / "local" / "heatmap_data" /
+                                                                         page.name))
+    for method in ("perturbation", "context_cite", "copy_match"):
+        np.testing.assert_allclose(served_w[method]["views"]["seq"], local_w[method]["views"]["seq"], atol=2e-4)
