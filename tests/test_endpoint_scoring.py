@@ -113,3 +113,20 @@ def test_the_same_example_scored_through_the_endpoint_and_locally(tmp_path, smol
                                                                          page.name))
     for method in ("perturbation", "context_cite", "copy_match"):
         np.testing.assert_allclose(served_w[method]["views"]["seq"], local_w[method]["views"]["seq"], atol=2e-4)
+
+
+@pytest.mark.slow
+def test_lds_and_top_k_drop_through_the_endpoint_equal_the_local_ones(tmp_path, smollm2):
+    """The set-free scorers' ablations (metrics.source_ablation) run on the server too: the same LDS and drops."""
+    from ctxbench.stages.run import run_stage
+
+    parts = ["attribution=[copy_match,position]", "mode=[lds,topk]", "mode.lds.n_masks=4", "mode.topk.ks=[1]"]
+    with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
+        remote = run_stage(compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv), *parts),
+                           tmp_path / "served")
+        assert srv.prompts >= 4 + 1  # the masks' passes and the top-1 deletion of each method
+    local = run_stage(compose_stage("run", *tmp_paths(tmp_path), *COMMON, *parts), tmp_path / "local")
+    for method in ("copy_match", "position"):
+        for mode, key in (("lds", "lds"), ("topk", "drop@1")):
+            got, want = (s[method][mode]["seq"][key]["mean"] for s in (remote, local))
+            assert got == pytest.approx(want, abs=1e-4), (method, key)
