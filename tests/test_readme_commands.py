@@ -194,6 +194,11 @@ PLANS: dict[str, Plan] = {
     ".venv/bin/python exp/exp2/run_exp.py -m +experiment=optuna_bm25 logger=mlflow":
         Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6", "hydra.sweeper.n_trials=2"), check=_study),
     "bash bench/gpu_check.sh": Plan(skip="needs a GPU"),
+    # Explaining a served model
+    ".venv/bin/python exp/exp2/run_exp.py model=vllm model.base_url=http://gpu:8000/v1 model.model_name=Qwen/Qwen3-8B "
+    "model.path=Qwen/Qwen3-8B dataset=niah_mq_q2 attribution=[perturbation,context_cite,copy_match] "
+    "mode=[faithfulness,recovery]": Plan(skip="needs a served model and Qwen's tokenizer "
+                                              "(tests/test_endpoint_scoring.py runs it against a local server)"),
     # Data
     ".venv/bin/python exp/exp2/prepare_data.py dataset=vt_h4_c1 length=1024 dataset.num_samples=500 dataset.seed=42":
         Plan(check=_prepared),
