@@ -6,9 +6,9 @@ drop) need one thing of the model: the log-probabilities of the target's tokens 
 completions request with the prompt given as token ids, ``echo=true``, ``logprobs=0`` and ``max_tokens=1`` returns,
 in ``choices[i].logprobs.token_logprobs``, log p(token | the tokens before it) for every prompt token (the first is
 None): the target is sent at the end of each edited input and its positions read back, so the server does the
-forward passes and this project none. The token ids come from the local tokenizer (``model.tokenizer``); the first
-reply's echoed tokens are checked against it, so a server serving another vocabulary is refused in one line naming
-the first position that differs.
+forward passes and this project none. The token ids come from the local tokenizer (the model group's ``path`` names
+it for a served model); the first reply of a client is always asked of the server and its echoed tokens checked against
+it, so a server serving another vocabulary is refused in one line naming the first position that differs.
 
 The client is the official OpenAI SDK (``openai``) as for the sampling stage's endpoint (``models/openai_client.py``):
 the SDK's timeout and retries with that client's back-off between them, at most ``concurrency`` requests in flight
@@ -105,7 +105,7 @@ class EndpointLM:
                 "logprobs": 0}
         key = hashlib.sha256(json.dumps({"url": self.url, "body": body}, sort_keys=True).encode()).hexdigest()
         path = self.cache_dir / key[:2] / f"{key}.json" if self.cache_dir else None
-        if path is not None and path.is_file():
+        if path is not None and path.is_file() and self._checked:  # the check is always asked of the server
             return json.loads(path.read_text(encoding="utf-8"))
         import openai
 
