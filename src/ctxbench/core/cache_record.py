@@ -20,7 +20,7 @@ def config_path(cache: Path) -> Path:
 # Dataset settings that do not change the rows a dataset yields, and model settings that do not change its tokenizer:
 # left out when a sampled cache's record is checked against a run (cache_mismatch).
 NOT_DATA_KEYS = ("_target_", "sha256", "use_cache", "generate_missing")
-TOKENIZER_KEYS = ("name", "backend", "path", "gguf_file", "revision", "model_name")
+TOKENIZER_KEYS = ("name", "backend", "path", "gguf_file", "revision", "model_name", "tokenizer")
 
 
 def cache_mismatch(cache: Path, dataset: dict[str, Any], model: Optional[dict[str, Any]]) -> Optional[str]:

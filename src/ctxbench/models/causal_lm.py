@@ -216,10 +216,12 @@ def _loading(cfg: ModelConfig) -> Iterator[None]:
 
 
 def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
-    """The tokenizer alone (cheap): used by data generation and span recomputation."""
+    """The tokenizer alone (cheap): used by data generation and span recomputation; ``model.tokenizer`` when it is
+    set (a served model's), else the one at ``model.path``."""
     from transformers import AutoTokenizer
 
-    source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
+    source = (resolve_source(cfg.tokenizer, None, cache_dir) if cfg.tokenizer
+              else resolve_source(cfg.path, cfg.gguf_file, cache_dir))
     location, gguf = _weights_location(cfg, source, cache_dir)
     with _loading(cfg):
         tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
@@ -255,6 +257,10 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
 
     if cfg.backend != "hf":
         raise ConfigError(f"model.backend={cfg.backend!r} is not a local transformers model; use the openai client")
+    if cfg.tokenizer:
+        # the weights and their tokenizer come from one place; a second one could only disagree with them
+        raise ConfigError(f"model.tokenizer={cfg.tokenizer}: only a served model (backend openai) names its tokenizer "
+                          f"apart; a loaded model's is read from model.path ({cfg.path})")
     source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
     device = pick_device(cfg.device)

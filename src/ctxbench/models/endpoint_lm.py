@@ -6,8 +6,8 @@ drop) need one thing of the model: the log-probabilities of the target's tokens 
 completions request with the prompt given as token ids, ``echo=true``, ``logprobs=0`` and ``max_tokens=1`` returns,
 in ``choices[i].logprobs.token_logprobs``, log p(token | the tokens before it) for every prompt token (the first is
 None): the target is sent at the end of each edited input and its positions read back, so the server does the
-forward passes and this project none. The token ids come from the local tokenizer (the model group's ``path`` names
-it for a served model); the first reply of a client is always asked of the server and its echoed tokens checked against
+forward passes and this project none. The token ids come from the local tokenizer (``model.tokenizer`` names it
+for a served model); the first reply of a client is always asked of the server and its echoed tokens checked against
 it, so a server serving another vocabulary is refused in one line naming the first position that differs.
 
 The client is the official OpenAI SDK (``openai``) as for the sampling stage's endpoint (``models/openai_client.py``):

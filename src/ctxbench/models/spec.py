@@ -13,6 +13,8 @@ class ModelConfig:
     ``path`` is a hub id, a local folder, a ``.gguf`` file, or ``pypkg:<package>`` for a model shipped inside an
     installed Python package (the offline default). ``backend`` is ``hf`` (transformers) or ``openai``
     (an OpenAI-compatible HTTP endpoint: ``base_url``, ``model_name``, key read from the ``api_key_env`` variable).
+    ``tokenizer`` names a served model's tokenizer (a hub id, a folder or ``pypkg:<package>``): the endpoint has no
+    local weights, so it is what makes the token spans; a loaded model's tokenizer is always the one at ``path``.
     """
 
     name: str = "smollm2-135m"
@@ -33,4 +35,5 @@ class ModelConfig:
     base_url: Optional[str] = None
     model_name: Optional[str] = None
     api_key_env: Optional[str] = "OPENAI_API_KEY"  # null: a server without authentication
+    tokenizer: Optional[str] = None  # a served model's tokenizer; null: the one at path
     timeout_s: float = 120.0

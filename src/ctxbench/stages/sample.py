@@ -187,10 +187,11 @@ def _model_and_tokenizer(cfg: DictConfig, paths, parts) -> tuple:
     needs_lm = local and any(part.needs_lm for part in parts)
     loaded = load_causal_lm(model_cfg, cache_dir=paths.model_cache_dir) if needs_lm and not cfg.dry_run else None
     tokenizer = loaded.tokenizer if loaded else (load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
-                                                 if local else None)
+                                                 if local or model_cfg.tokenizer else None)
     if tokenizer is None:
         raise ConfigError("model: spans need a local tokenizer: set the model group to the model run_exp will "
-                          "explain (backend hf) and generate with generator=openai")
+                          "explain (backend hf, or a served model with model.tokenizer) and generate with "
+                          "generator=openai")
     return loaded, tokenizer
 
 
