@@ -206,6 +206,23 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     assert "unfinished" not in write_table1(jobs[:1], tmp_path / "one", "seq", STATS)[2]
 
 
+def test_a_finished_folder_resumed_with_more_methods_is_unfinished_until_it_ends(tmp_path):
+    """A lane that adds methods to a finished folder (the LDS lane's expensive three) rewrites its manifest; the
+    summary.json of the earlier run names only the methods it had, so until the new run writes its own the job is
+    unfinished and summarised from its results, the new method's examples so far among them."""
+    job = write_job(tmp_path, "0_niah_mq_q2", records(("good", "flat")), methods=("good", "flat"))
+    manifest = json.loads((job / "manifest.json").read_text())
+    manifest["config"]["attribution"]["mixed"] = {}
+    (job / "manifest.json").write_text(json.dumps({**manifest, "dataset": {"examples": 8}}))
+    with open(job / "results.jsonl", "a") as fp:
+        fp.writelines(json.dumps(r) + "\n" for r in records(("mixed",))[:3])
+    with pytest.raises(DataError, match="unfinished=true"):
+        find_jobs([job])
+    (got,) = find_jobs([job], unfinished=True)
+    assert got.summary["methods"]["mixed"]["examples"] == 3 and got.unfinished == (3, 8)
+    assert got.summary["methods"]["good"]["examples"] == 8
+
+
 def test_report_view_follows_what_the_runs_scored(tmp_path):
     both = find_jobs([write_job(tmp_path, "0_niah_mq_q2", records())])  # seq and row
     row = find_jobs([write_job(tmp_path, "1_vt_h2_c3", records(), views=["row"])])  # Table 1: row only

@@ -164,8 +164,9 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
         for job, manifest in jobs_below([p]):
             if not is_attribution_job(manifest) or manifest["config"].get("shard", {}).get("count", 1) > 1:
                 continue  # other stages and retrieval; shards are merged into a run of their own before the report
-            if job.summary.exists():
-                found.append(_job(job.dir, manifest, job.read_summary()))
+            summary = _current_summary(job, manifest)
+            if summary is not None:
+                found.append(_job(job.dir, manifest, summary))
             elif not unfinished:
                 left_out.append(job.dir)
             elif job.results.exists():
@@ -180,6 +181,18 @@ def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinishe
     label_variants(jobs)
     resolve_repeats(jobs, prefer_later)
     return jobs
+
+
+def _current_summary(job: JobFiles, manifest: dict) -> Optional[dict]:
+    """The job's ``summary.json``, or None while it is unfinished: none yet, or one without a method the results
+    file has lines of, written when an earlier run of the folder finished and before the folder was resumed with
+    more methods (its figures would hide those scored since)."""
+    if not job.summary.exists():
+        return None
+    summary = job.read_summary()
+    wanted = set(manifest["config"].get("attribution") or {})
+    scored = {r["method"] for _, r in iter_jsonl(job.results, complete_only=True)} if job.results.exists() else set()
+    return None if (scored & wanted) - set(summary.get("methods") or {}) else summary
 
 
 def label_variants(jobs: list[JobRun]) -> None:
