@@ -293,6 +293,9 @@ def _table1_page(r: _Report, out: Path) -> str:
         "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK,
         direction=direction(r.headline), more=[m["label"] for m in r.metrics if m not in r.headline],
         unfinished=[(j.path, unfinished_note(j)) for j in r.jobs if j.unfinished], tasks=tasks, least=r.least,
+        # ContextCite fits its weights to the target under random sentence masks, which is what LDS measures
+        lds_fitted=[m for m in r.methods if m.split(" (")[0] == "context_cite"]
+        if any(m["label"] == "LDS" for m in r.metrics) else [],
         sources=source_table(r.sources, r.least), budget=budget_table(r.budgets) if r.budgets else None,
         sampling_time=sampling_time_table(r.sources) if r.times else None,
         attribution_time=attribution_time_table(r.times) if r.times else None)
