@@ -196,7 +196,7 @@ PLANS: dict[str, Plan] = {
     "bash bench/gpu_check.sh": Plan(skip="needs a GPU"),
     # Explaining a served model
     ".venv/bin/python exp/exp2/run_exp.py model=vllm model.base_url=http://gpu:8000/v1 model.model_name=Qwen/Qwen3-8B "
-    "model.path=Qwen/Qwen3-8B dataset=niah_mq_q2 attribution=[perturbation,context_cite,copy_match] "
+    "model.tokenizer=Qwen/Qwen3-8B dataset=niah_mq_q2 attribution=[perturbation,context_cite,copy_match] "
     "mode=[faithfulness,recovery]": Plan(skip="needs a served model and Qwen's tokenizer "
                                               "(tests/test_endpoint_scoring.py runs it against a local server)"),
     # Data
