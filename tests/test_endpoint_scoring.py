@@ -53,12 +53,14 @@ def test_white_box_methods_are_refused_before_any_request(tmp_path, smollm2):
 
 @pytest.mark.parametrize("case, message", [
     ("no_logprobs", "returned no log-probabilities of the prompt's tokens"),
+    ("generated_only", "returned no log-probabilities of the prompt's tokens"),
     ("other_model", "model.model_name='gpt-x': the server does not serve it"),
 ])
 def test_a_server_that_cannot_score_is_refused_before_any_example(tmp_path, smollm2, case, message):
     from ctxbench.stages.run import run_stage
 
-    with CompletionsServer(smollm2.model, smollm2.tokenizer, prompt_logprobs=case != "no_logprobs") as srv:
+    with CompletionsServer(smollm2.model, smollm2.tokenizer, prompt_logprobs=case != "no_logprobs",
+                           generated_only=case == "generated_only") as srv:
         more = ["model.model_name=gpt-x"] if case == "other_model" else []
         cfg = compose_stage("run", *tmp_paths(tmp_path), *COMMON, *served(srv, *more),
                             "attribution=[perturbation]", "mode=[faithfulness]")

@@ -2,7 +2,8 @@
 prompt of token ids (or several), ``echo`` and ``logprobs`` answers as vLLM does (``choices[i].logprobs.tokens`` and
 ``token_logprobs``, the first None), from a local transformers model, one full forward pass per prompt in float32
 (none of the project's own batching or prefix sharing: the second runtime the endpoint is compared against).
-``prompt_logprobs=False`` plays a server that echoes no log-probabilities; an unknown ``model`` is a 404; with
+``prompt_logprobs=False`` plays a server that echoes the prompt with None for its log-probabilities,
+``generated_only=True`` one that gives the generated token's alone (llama.cpp's llama-server); an unknown ``model`` is a 404; with
 ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as ``vllm serve --api-key``)."""
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import torch
 
 class CompletionsServer:
     def __init__(self, model, tokenizer, served_name: str = "smollm2", prompt_logprobs: bool = True,
-                 api_key: str | None = None):
+                 api_key: str | None = None, generated_only: bool = False):
         self.model, self.tokenizer, self.served_name = model, tokenizer, served_name
-        self.prompt_logprobs, self.api_key = prompt_logprobs, api_key
+        self.prompt_logprobs, self.api_key, self.generated_only = prompt_logprobs, api_key, generated_only
         self.requests = 0
         self.prompts = 0
         self._lock = threading.Lock()
@@ -53,7 +54,7 @@ class CompletionsServer:
         out = {"index": index, "text": (self.tokenizer.decode(ids) if echo else "") + tokens[-1],
                "finish_reason": "length", "logprobs": None}
         if logprobs is not None:
-            keep = slice(0, None) if echo else slice(len(ids), None)
+            keep = slice(0, None) if echo and not self.generated_only else slice(len(ids), None)
             out["logprobs"] = {"tokens": tokens[keep], "token_logprobs": values[keep] if self.prompt_logprobs
                                else [None] * len(tokens[keep]), "top_logprobs": None, "text_offset": None}
         return out

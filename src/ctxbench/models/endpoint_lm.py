@@ -1,5 +1,5 @@
-"""A served model scored through the OpenAI completions protocol (vLLM, SGLang, llama.cpp's server; docs/usage.md
-"Explaining a served model").
+"""A served model scored through the OpenAI completions protocol (vLLM, or any server that echoes the prompt's
+log-probabilities; docs/usage.md "Explaining a served model").
 
 The black-box methods (perturbation, ContextCite, the controls) and every scorer (faithfulness, recovery, LDS, top-k
 drop) need one thing of the model: the log-probabilities of the target's tokens under an edited context. A
@@ -101,6 +101,8 @@ class EndpointLM:
     # --- requests ---------------------------------------------------------------------------------------------------
 
     def _logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        # max_tokens=1 as the servers' own echo examples send it (0 is not accepted everywhere); the generated
+        # token is ignored
         body = {"model": self.model_name, "prompt": prompts, "max_tokens": 1, "temperature": 0.0, "echo": True,
                 "logprobs": 0}
         key = hashlib.sha256(json.dumps({"url": self.url, "body": body}, sort_keys=True).encode()).hexdigest()
@@ -130,7 +132,7 @@ class EndpointLM:
         values = list(getattr(lp, "token_logprobs", None) or [])
         if len(values) < len(prompt) or any(v is None for v in values[1:len(prompt)]):
             raise DataError("the endpoint returned no log-probabilities of the prompt's tokens (it needs echo=true "
-                            "with logprobs, as vLLM's and llama.cpp's servers give)", file=self.url)
+                            "with logprobs, as vLLM gives them)", file=self.url)
         if not self._checked:
             self._check_tokens(list(getattr(lp, "tokens", None) or []), prompt)
             self._checked = True
