@@ -3,8 +3,9 @@ prompt of token ids (or several), ``echo`` and ``logprobs`` answers as vLLM does
 ``token_logprobs``, the first None), from a local transformers model, one full forward pass per prompt in float32
 (none of the project's own batching or prefix sharing: the second runtime the endpoint is compared against).
 ``prompt_logprobs=False`` plays a server that echoes the prompt with None for its log-probabilities,
-``generated_only=True`` one that gives the generated token's alone (llama.cpp's llama-server); an unknown ``model`` is a 404; with
-``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as ``vllm serve --api-key``)."""
+``generated_only=True`` one that gives the generated token's alone (llama.cpp's llama-server); an unknown ``model``
+is a 404; with ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as
+``vllm serve --api-key``)."""
 
 from __future__ import annotations
 
