@@ -19,6 +19,8 @@
 #                 hops=1, the Table-1 figure)
 #   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
 #   controls      the model-free controls (copy_match, position, random) on recovery: no model weights loaded
+#   faith_common  FlashTrace's faithfulness under the common deletion sets all / nonstop, where the faith lane did
+#                 not score them (gold): the headline compares every row under one set
 #   controls_faith  the same controls' faithfulness, as the faith lane scores every method (the model is loaded)
 #   lds           the set-free scorers, LDS and top-k drop (mode=[lds,topk]), for the controls and the methods
 #                 cheapest first (TABLE1_LDS_METHODS sets them): one set of sentence ablations per example shared by
@@ -61,7 +63,7 @@ pairs_of() { case ",$1," in *,ifr_multi_hop_both,*) ;; *) echo stats.baseline=nu
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|ig|controls|controls_faith|lds|rec|report|compare|families"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|faith_common|ig|controls|controls_faith|lds|rec|report|compare|families"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -115,6 +117,13 @@ case $lane in
   controls)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/controls" \
       'attribution=[copy_match,position,random]' mode=recovery stats.baseline=null "$@" ;;
+  faith_common)
+    # RISE / MAS of the methods whose own deletion set is not `all` (FlashTrace: non-stop tokens only) under both
+    # common sets, for a faith lane run before common sets were scored (gold): every other method's own set is
+    # `all`, so its RISE@all is its main figure; the report takes FlashTrace's faithfulness from here (prefer_later)
+    exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/faith_common" \
+      'attribution=[ifr_multi_hop_both]' mode=faithfulness 'mode.faithfulness.common_sets=[all,nonstop]' \
+      stats.baseline=null "$@" ;;
   controls_faith)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
       hydra.sweep.dir="$vdir/controls_faith" 'attribution=[copy_match,position,random]' mode=faithfulness \
@@ -131,6 +140,7 @@ case $lane in
   report)
     runs=""
     [ -d "$vdir/faith_rec" ] && runs="$vdir/faith_rec"
+    [ -d "$vdir/faith_common" ] && runs+="${runs:+,}$vdir/faith_common"
     [ -d "$vdir/ig" ] && runs+="${runs:+,}$vdir/ig"
     # gold: FlashTrace's stop-token recall (hops=1) replaces the faith lane's all-token one (prefer_later); hops=3 is
     # a row of its own, labelled by its setting
@@ -159,5 +169,5 @@ case $lane in
     done
     [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | ig | controls | controls_faith | lds | rec | report | compare | families)" ;;
+    fail "unknown lane '$lane' (sample | faith | faith_common | ig | controls | controls_faith | lds | rec | report | compare | families)" ;;
 esac

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxbench.metrics.faithfulness import (FaithfulnessScorer, auc, block_sizes, curve_metrics, deletion_schedule,
+from ctxbench.metrics.faithfulness import (FaithfulnessScorer, with_deletion_set, auc, block_sizes, curve_metrics, deletion_schedule,
                                            deletion_scores, density_curve, faithfulness_for_views, mas,
                                            normalized_curve, rise, rise_ap)
 from ctxbench.prompts.formats import ModelInput
@@ -319,5 +319,34 @@ def test_common_deletion_sets(tiny_llama):
         same = "all" if method_stop is None else "nonstop"
         assert st[f"common_{same}"]["sequences"] == 0  # the method's own set: every input taken from the memo
         np.testing.assert_allclose(row["common"][same]["curve"], row["curve"])
+        assert row["deletion_set"] == same
+        # without common sets, the figures under the method's own set are its main ones (the same deletions);
+        # under the other set it has none
+        bare = FaithfulnessScorer(batch_size=4).score(tiny_llama, tok, SimpleNamespace(model_input=mi),
+                                                      SimpleNamespace(prompt_stop_mask=method_stop), {"row": w})
+        got = FaithfulnessScorer().values(bare["faithfulness"]["row"])
+        other = "nonstop" if same == "all" else "all"
+        assert got[f"RISE@{same}"] == pytest.approx(row["RISE"], abs=1e-9) and got[f"RISE@{other}"] is None
     with pytest.raises(ValueError, match="common_sets"):
         FaithfulnessScorer(common_sets=["some"])
+
+
+def test_lines_written_before_the_deletion_set_was_recorded_read_it_from_the_class():
+    """A results line of a method without a stop mask, written before the scorer recorded its set and without common
+    sets (the gold Table-1 lanes): its main figures are its RISE@all; FlashTrace's (its class deletes the non-stop
+    tokens) are its RISE@nonstop, and it has no RISE@all."""
+    from ctxbench.attribution.baselines import AttentionAttributor
+    from ctxbench.attribution.multi_hop import MultiHopBothAttributor
+    from ctxbench.jobs.results import own_deletion_set
+
+    config = {"attribution": {"ifr_multi_hop_both": {"_target_": "ctxbench.attribution.multi_hop.MultiHopBothAttributor"},
+                              "attention": {"_target_": "ctxbench.attribution.baselines.AttentionAttributor"},
+                              "gone": {"_target_": "no_such_module.Method"}}}
+    assert MultiHopBothAttributor.deletion_set == "nonstop" and AttentionAttributor.deletion_set == "all"
+    assert own_deletion_set(config, "ifr_multi_hop_both") == "nonstop"
+    assert own_deletion_set(config, "attention") == own_deletion_set(config, "gone") == "all"
+    line = {"method": "attention", "faithfulness": {"row": {"RISE": 0.3, "MAS": 0.4, "RISE+AP": 0.5}}}
+    for own, other in (("all", "nonstop"), ("nonstop", "all")):
+        got = FaithfulnessScorer().values(with_deletion_set(line, own)["faithfulness"]["row"])
+        assert (got[f"RISE@{own}"], got[f"MAS@{own}"], got[f"RISE@{other}"]) == (0.3, 0.4, None)
+    assert "deletion_set" not in line["faithfulness"]["row"]  # the caller's line is not changed

@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from ctxbench.reporting import heatmap
-from ctxbench.reporting.aggregate import table1_layout
+from ctxbench.reporting.aggregate import table1_layout, task_n
 from ctxbench.reporting.html import method_heatmap, write_example_data, write_run_html
 from ctxbench.reporting.plots import heatmap_html
 from ctxbench.reporting.render import csv_text, html, markdown
-from ctxbench.reporting.results_table import (Cell, MinExamples, Row, Table, comparison_tables, rows_from_cells,
+from ctxbench.reporting.results_table import (Cell, MinExamples, Row, Table, common_examples, comparison_tables,
+                                              rows_from_cells, too_few_rows,
                                               rows_from_summary, summary_tables)
 from ctxbench.reporting.tables import markdown_summary
 
@@ -128,28 +129,49 @@ def test_table1_layout_in_three_formats():
              ("a", "m2"): {"runs_n": {2, 3}, "Recall@10%": 0.25, "RISE": None, "MAS": None,
                            "stats": {"Recall@10%": {"mean": 0.25, "std": 0.1, "n": 2, "ci_low": 0.0, "ci_high": 0.5}}},
              ("b", "m1"): {"runs_n": {4}, "Recall@10%": None, "RISE": None, "MAS": None, "stats": {}}}
-    table = table1_layout(["a", "b"], ["m1", "m2"], metrics, cells)
+    table = table1_layout(["a", "b"], ["m1", "m2"], metrics, cells, min_n=1)
     assert table.title == "↑ higher, ↓ lower is better"
-    assert table.grid() == [["task (N)", "method", "Recall@10% ↑", "RISE ↓"],
-                            ["a (2/3)", "m1", "0.500", "0.200 ± 0.000"],
-                            ["", "m2", "0.250 [0.000, 0.500]", "–"],
-                            ["b (4)", "m1", "–", "–"]]
+    assert table.grid() == [["task (N)", "method", "n", "Recall@10% ↑", "RISE ↓"],
+                            ["a (3)", "m1", "3", "0.500", "0.200 ± 0.000"],
+                            ["", "m2", "2", "0.250 [0.000, 0.500]", "–"],
+                            ["b (4)", "m1", "–", "–", "–"]]
     md, page = md_grid(markdown(table)), Grid(html(table)).tables[0]
-    assert md == page and md[1] == ["a (2/3)", "m1", "**0.500**", "0.200 ± 0.000"]  # a single RISE: no best
+    assert md == page and md[1] == ["a (3)", "m1", "3", "**0.500**", "0.200 ± 0.000"]  # a single RISE: no best
     assert list(csv.reader(io.StringIO(csv_text(table)))) == table.grid()
     assert html(table).count('<td class="best">') == 1 and html(table).count('<tr class="task-start">') == 2
     # under min_examples: "too few (n)", never bold
-    few = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=3)
-    assert md_grid(markdown(few))[1:] == [["a (2/3)", "m1", "**0.500**", "0.200 ± 0.000"],
-                                          ["", "m2", "too few (2)", "–"]]
+    few = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=3, min_n=1)
+    assert md_grid(markdown(few))[1:] == [["a (3)", "m1", "3", "**0.500**", "0.200 ± 0.000"],
+                                          ["", "m2", "2", "too few (2)", "–"]]
     # a method with a minimum of its own (IG in the paper's protocol): its figure over fewer examples than the
     # report's minimum, with its n, never bold even where its mean is the best
     cells[("a", "m2")]["stats"]["Recall@10%"]["mean"] = 0.75
-    own = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=MinExamples(3, {"m2": 2}))
-    assert md_grid(markdown(own))[1:] == [["a (2/3)", "m1", "**0.500**", "0.200 ± 0.000"],
-                                          ["", "m2", "0.750 [0.000, 0.500] (n=2)", "–"]]
-    assert md_grid(markdown(table1_layout(["a"], ["m1", "m2"], metrics, cells,
-                                          min_examples=MinExamples(3, {"m2": 4}))))[2] == ["", "m2", "too few (2)", "–"]
+    own = table1_layout(["a"], ["m1", "m2"], metrics, cells, min_examples=MinExamples(3, {"m2": 2}), min_n=1)
+    assert md_grid(markdown(own))[1:] == [["a (3)", "m1", "3", "**0.500**", "0.200 ± 0.000"],
+                                          ["", "m2", "2", "0.750 [0.000, 0.500] (n=2)", "–"]]
+    assert md_grid(markdown(table1_layout(["a"], ["m1", "m2"], metrics, cells, min_n=1,
+                                          min_examples=MinExamples(3, {"m2": 4}))))[2] == ["", "m2", "2", "too few (2)",
+                                                                                          "–"]
+
+
+def test_rows_on_fewer_than_ten_examples_leave_the_table_for_the_list_under_it():
+    """A method scored on 3 examples (IG's unfinished run) beside methods on 20: its row is not in the table (no
+    interval or test from fewer than 10 examples), it is listed with its n, and the task's N is the 20 most rows
+    share, never "3/20"."""
+    metrics = [{"key": "RISE", "label": "RISE", "higher_is_better": False}]
+    cells = {("a", me): {"runs_n": {n}, "RISE": 0.1 * i, "method": me,
+                         "stats": {"RISE": {"mean": 0.1 * i, "n": n, "ci_low": 0.0, "ci_high": 1.0}}}
+             for i, (me, n) in enumerate([("m1", 20), ("ig", 3), ("m2", 20), ("m3", 12)], 1)}
+    methods = ["m1", "ig", "m2", "m3"]
+    grid = table1_layout(["a"], methods, metrics, cells).grid()
+    assert [r[1] for r in grid[1:]] == ["m1", "m2", "m3"] and [r[2] for r in grid[1:]] == ["20", "20", "12"]
+    assert grid[1][0] == "a (20)"
+    rows = rows_from_cells(["a"], methods, metrics, cells)
+    assert too_few_rows(rows, "a", ["RISE"]) == [("ig", 3)]
+    assert common_examples(rows, "a", ["RISE"]) == 20
+    assert task_n(cells, "a", methods) == 20
+    # the floor is the report's stats.min_n: at 3 the IG row is back, with its n
+    assert [r[1] for r in table1_layout(["a"], methods, metrics, cells, min_n=3).grid()[1:]] == methods
 
 
 def test_summary_md_and_the_job_page_show_the_same_tables(tmp_path):

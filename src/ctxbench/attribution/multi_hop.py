@@ -129,6 +129,7 @@ class MultiHopBothAttributor(IFRAttributorBase):
     """
 
     name: ClassVar[str] = "ifr_multi_hop_both"
+    deletion_set: ClassVar[str] = "nonstop"  # its result carries prompt_stop_mask
     hops: int = param(1, ge=0)
     hop0: str = param("all_gen", choices=("all_gen", "sink"))
 

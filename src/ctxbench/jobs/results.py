@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 import yaml
+from hydra.utils import get_class
 
 from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.core.jsonl import iter_jsonl
+from ctxbench.metrics.faithfulness import with_deletion_set
 from ctxbench.metrics.scorer import Scorer, build_scorers
 from ctxbench.metrics.summary import run_summary
 from ctxbench.core.part import without_neutral
@@ -135,7 +137,8 @@ class JobRun:
                 return []
             original = {label: m for m, label in self.labels.items()}
             wanted = {original.get(m, m) for m in self.summary["methods"]}
-            self.lines = [r for _, r in iter_jsonl(path) if r["method"] in wanted]
+            own = {m: own_deletion_set(self.config, m) for m in wanted}
+            self.lines = [with_deletion_set(r, own[r["method"]]) for _, r in iter_jsonl(path) if r["method"] in wanted]
         out = [dict(r) for r in self.lines]  # the caller's copies: superseded scores are blanked in them only
         for r in out:
             r["method"] = self.labels.get(r["method"], r["method"])
@@ -151,6 +154,16 @@ class JobRun:
     def scorers(self) -> dict[str, Scorer]:
         """The job's scorers, rebuilt from its recorded config: they read its records as the run did."""
         return build_scorers(self.config["mode"]) if self.config.get("mode") else {}
+
+
+def own_deletion_set(config: dict, method: str) -> str:
+    """The deletion set the faithfulness scorer used for ``method`` under its own protocol, from its class
+    (``Attributor.deletion_set``; "all" for a class that cannot be imported)."""
+    target = ((config.get("attribution") or {}).get(method) or {}).get("_target_")
+    try:
+        return getattr(get_class(target), "deletion_set", "all") if target else "all"
+    except (ImportError, ValueError):  # a plugin's module no longer on the path
+        return "all"
 
 
 def find_jobs(paths: Iterable[str | Path], prefer_later: bool = False, unfinished: bool = False) -> list[JobRun]:

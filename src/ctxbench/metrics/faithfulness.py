@@ -318,7 +318,10 @@ class FaithfulnessScorer(Scorer):
     more). The main figures use each method's own deletion set, as the FlashTrace paper's Table 1 does: a method that
     removes stop tokens (FlashTrace) never deletes them, every other method deletes every prompt token. ``common_sets``
     (``all``, ``nonstop``) also scores every method under one set for all, as RISE@<set> and MAS@<set>: ``all`` deletes
-    every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned).
+    every prompt token, ``nonstop`` only the non-stop ones (whatever the method returned). Each view record names the
+    method's own set (``deletion_set``), and RISE@<set> / MAS@<set> of a method whose own set is <set> are its main
+    figures (the same deletions, the same passes): a table that compares methods reads the @<set> columns, where
+    every row is scored under one protocol.
     """
     log_probs_only: ClassVar[bool] = True
 
@@ -354,7 +357,7 @@ class FaithfulnessScorer(Scorer):
     def metrics(self) -> list[Metric]:
         return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES] + [
             Metric(common_key(m, c), common_key(m, c), higher_is_better=False)
-            for c in self.common_sets for m in COMMON_METRICS]
+            for c in COMMON_SETS for m in COMMON_METRICS]
 
     def score(self, model, tokenizer, prepared, result, weights):
         mi = prepared.model_input
@@ -364,6 +367,8 @@ class FaithfulnessScorer(Scorer):
         known = self._known(model, mi, pad)
         scores = faithfulness_for_views(model, mi, weights, pad_id=pad, rank_mask=rank_mask,
                                         batch_size=self.batch_size, max_steps=self.steps, stats=stats, known=known)
+        for rec in scores.values():
+            rec["deletion_set"] = "all" if rank_mask is None else "nonstop"
         for c in self.common_sets:
             # sets a method's own schedule already deleted come from the memo: "all" costs nothing extra for the
             # methods without a stop mask, "nonstop" nothing for FlashTrace
@@ -387,7 +392,26 @@ class FaithfulnessScorer(Scorer):
         if view_record is None:
             return None
         out = {m: view_record[m] for m in METRIC_NAMES}
-        for c in self.common_sets:
-            got = (view_record.get("common") or {}).get(c)
+        for c in COMMON_SETS:
+            got = under_set(view_record, c)
             out.update({common_key(m, c): None if got is None else got[m] for m in COMMON_METRICS})
         return out
+
+
+def under_set(view_record: Mapping[str, Any], deletion_set: str) -> Optional[Mapping[str, Any]]:
+    """A view record's figures under one deletion set: its ``common`` entry, else its main figures when the method's
+    own set is that set (the same deletions), else None (not scored under it)."""
+    got = (view_record.get("common") or {}).get(deletion_set)
+    if got is None and view_record.get("deletion_set") == deletion_set:
+        got = view_record
+    return got
+
+
+def with_deletion_set(record: dict, own: str, field: str = "faithfulness") -> dict:
+    """``record`` with ``deletion_set`` set to ``own`` in the view records that do not name it (lines written before
+    the scorer recorded it; the caller knows the method's own set from its class, ``Attributor.deletion_set``)."""
+    views = record.get(field)
+    if not views or all(v is None or "deletion_set" in v for v in views.values()):
+        return record
+    return {**record, field: {v: rec if rec is None or "deletion_set" in rec else {**rec, "deletion_set": own}
+                              for v, rec in views.items()}}

@@ -326,22 +326,59 @@ def task_examples(rows: Sequence[ResultRow], dataset: str) -> str:
     return "/".join(str(n) for n in sorted({n for r in rows if r.dataset == dataset for n in r.examples}))
 
 
+MIN_STATS = 10  # no interval, test or mark rests on fewer examples: such rows are listed under a table, not in it
+
+
+def row_examples(rows: Sequence[ResultRow], dataset: str, method: str, labels: Sequence[str]) -> list[int]:
+    """The distinct example counts behind a method's figures of ``labels`` on a task, ascending."""
+    return sorted({r.n for r in rows if r.dataset == dataset and r.name == method and r.metric in labels
+                   and r.scored and r.mean is not None})
+
+
+def too_few_rows(rows: Sequence[ResultRow], dataset: str, labels: Sequence[str],
+                 min_n: int = MIN_STATS) -> list[tuple[str, int]]:
+    """``(method, n)`` of the task's methods whose every figure of ``labels`` rests on fewer than ``min_n`` examples:
+    left out of the table (no interval, no test), listed under it."""
+    out = []
+    for me in dict.fromkeys(r.name for r in rows if r.dataset == dataset):
+        ns = row_examples(rows, dataset, me, labels)
+        if ns and ns[-1] < min_n:
+            out.append((me, ns[-1]))
+    return out
+
+
+def common_examples(rows: Sequence[ResultRow], dataset: str, labels: Sequence[str],
+                    min_n: int = MIN_STATS) -> Optional[int]:
+    """The example count most of the task's tabled methods rest on (the larger on a tie), None without a figure."""
+    few = {me for me, _ in too_few_rows(rows, dataset, labels, min_n)}
+    counts: dict[int, int] = {}
+    for me in dict.fromkeys(r.name for r in rows if r.dataset == dataset and r.name not in few):
+        ns = row_examples(rows, dataset, me, labels)
+        if ns:
+            counts[ns[-1]] = counts.get(ns[-1], 0) + 1
+    return max(counts, key=lambda n: (counts[n], n)) if counts else None
+
+
 def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]],
                  min_examples: Union[int, MinExamples] = 0, n_of: Optional[Callable[[str], Any]] = None,
                  marks: Optional[Mapping[tuple[str, str, str], str]] = None,
-                 controls: Callable[[str], bool] = lambda method: False) -> Table:
-    """The Table-1 layout: a row per task and method in run order, the task (N) on its first row; a column per
-    metric; each task's best mean of a metric in bold (none when every method ties, never a figure over fewer than
-    ``min_examples`` examples, which reads "too few (n)"; ``MinExamples``). ``n_of``: the task's N (``task_examples``
-    by default). ``marks[(task, method, metric label)]`` is put after a figure (a control as good as the best method:
+                 controls: Callable[[str], bool] = lambda method: False, min_n: int = MIN_STATS) -> Table:
+    """The Table-1 layout: a row per task and method in run order, the task (N) on its first row, the row's own
+    example count (``n``: each distinct count of its figures); a column per metric; each task's best mean of a metric
+    in bold (none when every method ties, never a figure over fewer than ``min_examples`` examples, which reads "too
+    few (n)"; ``MinExamples``). A method whose every figure rests on fewer than ``min_n`` examples has no row
+    (``too_few_rows`` lists it). ``n_of``: the task's N (``task_examples`` by default).
+    ``marks[(task, method, metric label)]`` is put after a figure (a control's mark against the best method:
     ``reporting.controls``); a method for which ``controls`` is true is named "(control)"."""
     marks = marks or {}
     least = MinExamples.of_value(min_examples)
     by_key = {(r.dataset, r.name, r.metric): r for r in rows}
     datasets = list(dict.fromkeys(r.dataset for r in rows))
+    labels = [m["label"] for m in metrics]
     body = []
     for d in datasets:
-        methods = list(dict.fromkeys(r.name for r in rows if r.dataset == d))
+        few = {me for me, _ in too_few_rows(rows, d, labels, min_n)}
+        methods = [me for me in dict.fromkeys(r.name for r in rows if r.dataset == d) if me not in few]
         best = {}
         for m in metrics:
             figs = [by_key[(d, me, m["label"])] for me in methods if (d, me, m["label"]) in by_key]
@@ -362,9 +399,10 @@ def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]]
                 note = " ".join(x for x in (cell.note, marks.get((d, me, m["label"]), "")) if x)
                 cells.append(Cell(cell.text, cell.detail, note, strong=top, best=top))
             name = Cell(me, note="(control)") if controls(me) else Cell(me)
-            body.append(_row(f"{d} ({n})" if i == 0 else "", name, *cells, starts_group=i == 0))
+            own = "/".join(map(str, row_examples(rows, d, me, labels))) or "–"
+            body.append(_row(f"{d} ({n})" if i == 0 else "", name, own, *cells, starts_group=i == 0))
     mixed = _mixed(metrics)
-    return Table(("task (N)", "method", *[metric_header(m, mixed) for m in metrics]), tuple(body), headers=2)
+    return Table(("task (N)", "method", "n", *[metric_header(m, mixed) for m in metrics]), tuple(body), headers=2)
 
 
 def table1_means(rows: Sequence[ResultRow], datasets: Sequence[str], methods: Sequence[str],
