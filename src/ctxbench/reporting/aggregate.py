@@ -26,15 +26,17 @@ from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, bu
                                          deletion_set_rows, deletion_set_table, sampling_time_table, source_rows,
                                          source_table, time_rows)
 from ctxbench.reporting.render import csv_text, render_page
-from ctxbench.reporting.results_table import (MinExamples, Table, comparisons_table, direction, rows_from_cells,
-                                              shown_metrics, table1_means, table1_table, task_comparison_tables,
-                                              without_task_column)
+from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, common_examples, comparisons_table,
+                                              direction, rows_from_cells, shown_metrics, table1_means, table1_table,
+                                              task_comparison_tables, too_few_rows, without_task_column)
 from ctxbench.jobs.results import JobRun, flatten, unfinished_note
 
 FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures), inlined in report.html
 
 # The headline table's columns (table1.md), by metric key: the rest of the figures are in pairs.md.
-HEADLINE_KEYS = ("RISE", "MAS", "recall", "lds", "drop@1", "drop@3", "drop@5")
+# Every row is scored under one protocol there: RISE / MAS under the common deletion sets (all prompt tokens, then the
+# non-stop ones); each method's own set, the paper's protocol (FlashTrace alone under the non-stop set), is in pairs.md.
+HEADLINE_KEYS = ("RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "recall", "lds", "drop@1", "drop@3", "drop@5")
 
 # Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
 # (the parts' own such keys are declared neutral on their fields: ctxbench.core.part).
@@ -117,7 +119,7 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
     cells: dict[tuple[str, str], dict] = {}
     datasets, methods, metrics = [], [], {}
     for job in jobs:
-        for desc in job.summary.get("scorers", {}).values():
+        for desc in _descriptions(job).values():
             for m in desc["metrics"]:
                 metrics.setdefault(m["label"], m)
         for method in _add_job_cells(cells, job, view):
@@ -128,11 +130,20 @@ def table1(jobs: list[JobRun], view: str = "seq", stats: Optional[StatsSettings]
     return datasets, methods, list(metrics.values()), cells
 
 
+def _descriptions(job: JobRun) -> dict[str, dict]:
+    """The job's scorers described as today's code reads its records (a metric added since the run, e.g. a deletion
+    set's figures derived from the main ones, is a column too), else as its summary.json says."""
+    try:
+        return {n: sc.describe() for n, sc in job.scorers().items()}
+    except ConfigError:  # a scorer whose settings today's code refuses: its own record of itself
+        return job.summary.get("scorers", {})
+
+
 def _add_job_cells(cells: dict[tuple[str, str], dict], job: JobRun, view: str) -> list[str]:
     """One job's figures into ``cells``; the methods it gave a row. Runs of one task and method with different modes
     fill one row (Table 1: faithfulness with hops=1, recovery with hops=3, two sweeps); a scorer given by two runs was
     resolved by ``find_jobs``."""
-    scorers = job.summary.get("scorers", {})
+    scorers = _descriptions(job)
     filled = []
     for method, s in job.summary["methods"].items():
         if any((method, n) in job.superseded for n in scorers) and not any(job.scores(method, n) for n in scorers):
@@ -142,9 +153,10 @@ def _add_job_cells(cells: dict[tuple[str, str], dict], job: JobRun, view: str) -
                                                         "setting": job.settings.get(origin, "")})
         for name, desc in scorers.items():
             for m in desc["metrics"]:
-                if job.scores(method, name):
-                    cell[m["label"]] = s[name][view][m["key"]]["mean"]
-                    cell["stats"][m["label"]] = s[name][view][m["key"]]
+                got = s.get(name, {}).get(view, {}).get(m["key"]) if job.scores(method, name) else None
+                if got is not None:
+                    cell[m["label"]] = got["mean"]
+                    cell["stats"][m["label"]] = got
                 else:
                     cell.setdefault(m["label"], None)
         cell["runs_n"].add(s["examples"])  # a joined row's runs may have scored different numbers of examples
@@ -162,14 +174,21 @@ def _recompute_stats(cells: dict[tuple[str, str], dict], jobs: list[JobRun], vie
             for name, scorer in scorers.items():
                 if name in s:
                     for m in scorer.metrics():
-                        cells[(dataset, method)]["stats"][m.label] = s[name][view][m.key]
+                        got = s[name][view][m.key]
+                        cell = cells[(dataset, method)]
+                        if got["n"] or cell.get(m.label) is None:  # a figure no record of these jobs has stays out
+                            cell["stats"][m.label], cell[m.label] = got, got["mean"]
 
 
-def task_n(cells: dict[tuple[str, str], dict], dataset: str, methods: list[str]) -> str:
-    """The examples behind a task's rows: one count, or each distinct count ("18/20") when methods or joined runs
-    scored different numbers."""
-    ns = {n for me in methods if (dataset, me) in cells for n in cells[(dataset, me)]["runs_n"]}
-    return "/".join(str(n) for n in sorted(ns))
+def task_n(cells: dict[tuple[str, str], dict], dataset: str, methods: list[str]) -> Optional[int]:
+    """The examples most of a task's methods were scored on (the larger count on a tie; a method's count: the
+    largest of its joined runs), None when no method has a row there."""
+    counts: dict[int, int] = {}
+    for me in methods:
+        if (dataset, me) in cells and cells[(dataset, me)]["runs_n"]:
+            n = max(cells[(dataset, me)]["runs_n"])
+            counts[n] = counts.get(n, 0) + 1
+    return max(counts, key=lambda n: (counts[n], n)) if counts else None
 
 
 def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dict[str, Any]]:
@@ -282,15 +301,18 @@ def _table1_page(r: _Report, out: Path) -> str:
     """table1.md (``table1.md.j2``), and each task's charts in ``out/figures``."""
     marked = marks(r.checks)
     tasks = []
+    labels = [m["label"] for m in r.headline]
     for d in r.datasets:
-        t = table1_layout([d], r.methods, r.headline, r.cells, r.least, r.n_of, r.view, marked)
+        t = table1_layout([d], r.methods, r.headline, r.cells, r.least, r.n_of, r.view, marked, r.stats.min_n)
         chart = interval_chart(d, r.methods, r.headline, r.cells, r.least, out / FIGURES, is_control)
         if d in r.pooled:  # the task's mean deletion curve per method, over every run's records (report.html)
             deletion_curve_plots(r.pooled[d][0], [r.view], out / FIGURES, task=d)
-        tasks.append({"name": d, "n": r.n_of(d), "table": without_task_column(t), "verdict": verdict(d, r.checks),
-                      "chart": chart.name if chart else None})
+        rows = rows_from_cells([d], r.methods, r.headline, r.cells, r.view)
+        tasks.append({"name": d, "n": common_examples(rows, d, labels, r.stats.min_n),
+                      "too_few": too_few_rows(rows, d, labels, r.stats.min_n), "table": without_task_column(t),
+                      "verdict": verdict(d, r.checks), "chart": chart.name if chart else None})
     return render_page(
-        "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK,
+        "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, min_n=r.stats.min_n,
         direction=direction(r.headline), more=[m["label"] for m in r.metrics if m not in r.headline],
         unfinished=[(j.path, unfinished_note(j)) for j in r.jobs if j.unfinished], tasks=tasks, least=r.least,
         # ContextCite fits its weights to the target under random sentence masks, which is what LDS measures
@@ -305,7 +327,8 @@ def _pairs_page(r: _Report, out: Path) -> str:
     """pairs.md (``pairs.md.j2``), and each task's slope chart of the deletion sets in ``out/figures``."""
     set_charts = [p for p in (deletion_set_chart(d, r.methods, r.ranked, out / FIGURES) for d in r.datasets)
                   if p is not None]
-    every = table1_layout(r.datasets, r.methods, r.described, r.cells, r.least, r.n_of, r.view, marks(r.checks))
+    every = table1_layout(r.datasets, r.methods, r.described, r.cells, r.least, r.n_of, r.view, marks(r.checks),
+                          r.stats.min_n)
     return render_page(
         "pairs.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, paper=r.paper,
         direction=direction(r.metrics), every=every if r.datasets else None, any_control=any_control(r.checks),
@@ -332,12 +355,12 @@ def _table1_json(r: _Report) -> dict[str, Any]:
 
 def table1_layout(datasets: list[str], methods: list[str], metrics: list[dict[str, Any]],
                   cells: dict[tuple[str, str], dict], min_examples: int | MinExamples = 0, n_of=None,
-                  view: str = "", marked: Optional[dict] = None) -> Table:
+                  view: str = "", marked: Optional[dict] = None, min_n: int = MIN_STATS) -> Table:
     """The Table-1 layout of ``table1.md`` and the report's ``report.html`` (``results_table.table1_table``) over the
     metrics some method has a figure of; its title says which way they point. ``n_of``: a task's N (``task_n``);
     ``marked``: the controls' marks (``reporting.controls.marks``)."""
     rows = rows_from_cells(datasets, methods, metrics, cells, view)
     shown = shown_metrics(rows, metrics)
     table = table1_table(rows, shown, min_examples, n_of or (lambda d: task_n(cells, d, methods)), marked,
-                         is_control)
+                         is_control, min_n)
     return replace(table, title=direction(shown))
