@@ -18,7 +18,7 @@
 #                 method also under the common deletion sets all / nonstop, cot_* only) and recovery (FlashTrace with
 #                 hops=1, the Table-1 figure)
 #   ig            integrated gradients (the long pole; it may run on fewer examples: TABLE1_IG_EXAMPLES)
-#   controls      the model-free controls (copy_match, position, random) on recovery: no model weights loaded
+#   controls      the model-free controls (copy_match, position, random, length) on recovery: no model weights loaded
 #   faith_common  FlashTrace's faithfulness under the common deletion sets all / nonstop, where the faith lane did
 #                 not score them (gold): the headline compares every row under one set
 #   controls_faith  the same controls' faithfulness, as the faith lane scores every method (the model is loaded)
@@ -50,7 +50,7 @@ methods=ifr_multi_hop_both,ifr_multi_hop,ft_attnlrp,ifr_all_positions,attention,
 methods=${TABLE1_METHODS:-$methods}
 # the LDS lane: cheap methods and the controls first, so that a lane stopped early still compares them on the same
 # examples; AttnLRP and perturbation last (minutes per example on a CPU core)
-lds_methods=${TABLE1_LDS_METHODS:-ifr_multi_hop_both,copy_match,position,random,attention,ifr_all_positions,context_cite,attnlrp,perturbation}
+lds_methods=${TABLE1_LDS_METHODS:-ifr_multi_hop_both,copy_match,position,random,length,attention,ifr_all_positions,context_cite,attnlrp,perturbation}
 tasks=${TABLE1_TASKS:-niah_mq_q2,niah_mv_v2,vt_h2_c3}
 n=${TABLE1_EXAMPLES:-20}
 n_ig=${TABLE1_IG_EXAMPLES:-$n}
@@ -116,7 +116,7 @@ case $lane in
       "attribution.integrated_gradients.partial_dir=$vdir/ig/partial" "$@" ;;
   controls)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/controls" \
-      'attribution=[copy_match,position,random]' mode=recovery stats.baseline=null "$@" ;;
+      'attribution=[copy_match,position,random,length]' mode=recovery stats.baseline=null "$@" ;;
   faith_common)
     # RISE / MAS of the methods whose own deletion set is not `all` (FlashTrace: non-stop tokens only) under both
     # common sets, for a faith lane run before common sets were scored (gold): every other method's own set is
@@ -126,7 +126,7 @@ case $lane in
       stats.baseline=null "$@" ;;
   controls_faith)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" ${faith_sets[@]+"${faith_sets[@]}"} "max_examples=$n" "$(sub "$n")" \
-      hydra.sweep.dir="$vdir/controls_faith" 'attribution=[copy_match,position,random]' mode=faithfulness \
+      hydra.sweep.dir="$vdir/controls_faith" 'attribution=[copy_match,position,random,length]' mode=faithfulness \
       stats.baseline=null "$@" ;;
   lds)
     exec "$py" exp/exp2/run_exp.py "${run[@]}" "max_examples=$n" "$(sub "$n")" hydra.sweep.dir="$vdir/lds" \

@@ -11,7 +11,7 @@ import torch
 from ctxbench.metrics import source_ablation
 from ctxbench.metrics.lds import LDSScorer, lds, spearman
 from ctxbench.metrics.source_ablation import AblationStore
-from ctxbench.metrics.topk import TopKDropScorer, top_sources
+from ctxbench.metrics.topk import TopKDropScorer, per_token, target_tokens, top_sources
 
 from helpers.tiny_models import GEN_START, IDS, PROMPT_UNITS, SentenceTokenizer, make_input, tiny_model
 
@@ -83,9 +83,10 @@ def test_lds_and_topk_against_brute_force_deletions(llama, tmp_path):
         full = _brute_logp(llama, IDS, [], GEN_START, targets[view])
         for k in (1, 2):
             kept = [j not in order[:k] for j in range(3)]
-            want = full - _brute_logp(llama, IDS, _dropped(kept), GEN_START, targets[view])
+            # nats per target token: the summed drop over the target's token count
+            want = (full - _brute_logp(llama, IDS, _dropped(kept), GEN_START, targets[view])) / len(targets[view])
             assert got["topk"][view][f"drop@{k}"] == pytest.approx(want, rel=1e-5, abs=1e-5)
-        assert got["topk"][view]["drop@5"] is None
+        assert got["topk"][view]["drop@5"] is None and got["topk"][view]["tokens"] == len(targets[view])
     # the ablations are kept on disk: a rerun (a fresh store on the same folder) runs no forward pass
     source_ablation._STORE = None  # a rerun: a fresh process
     again_lds, again_tk = LDSScorer(n_masks=12, seed=3), TopKDropScorer(ks=[1, 2, 5])
@@ -196,3 +197,53 @@ def test_the_lds_masks_are_held_out_from_context_cite_s(llama):
     theirs = ablation_masks(example_rng(0, mi.input_ids.numpy()), 32, 3, 0.5)
     assert not np.array_equal(ours, theirs)
     assert np.array_equal(ours, store.masks(prep, ab, 0, 32, 0.5))  # and the draw is the same every time
+
+
+def test_a_summed_drop_written_before_the_per_token_unit_is_read_per_token():
+    """A results line from before Drop@k was per token (no ``tokens`` in its view records) is read divided by its
+    target's token count: the sink span's for the row view, every generated token's for the seq view."""
+    old = {"example_id": "e", "method": "m", "G": 40, "sink_span": [23, 38],
+           "topk": {"row": {"drop@1": 8.0, "drop@3": None}, "seq": {"drop@1": 20.0, "drop@3": 40.0}}}
+    new = {"example_id": "f", "method": "m", "G": 10, "sink_span": None,
+           "topk": {"row": {"drop@1": 0.5, "drop@3": 0.25, "tokens": 10}}}
+    assert target_tokens("row", 40, [23, 38]) == 16 and target_tokens("seq", 40, [23, 38]) == 40
+    assert target_tokens("row", 10, None) == 10
+    got = TopKDropScorer(ks=[1, 3]).example_values([old, new], ["row", "seq"])
+    assert got["row"]["drop@1"] == {"e": 0.5, "f": 0.5} and got["row"]["drop@3"] == {"f": 0.25}
+    assert got["seq"]["drop@1"] == {"e": 0.5} and got["seq"]["drop@3"] == {"e": 1.0}
+    assert per_token(new) is new and old["topk"]["row"]["drop@1"] == 8.0  # nothing changed in place
+    assert [m.label for m in TopKDropScorer(ks=[1]).metrics()] == ["Drop@1 (nats/token)"]
+
+
+def test_random_and_length_score_sources_by_their_own_rule(llama, tmp_path):
+    """Through the scorers: a result's source rule (``AttributionResult.source_scores``) replaces the summed token
+    weights: random's one draw per source, length's token counts (PROMPT_UNITS: 3, 4 and 2 tokens)."""
+    from ctxbench.attribution.baselines import RandomAttributor
+    from ctxbench.attribution.controls import LengthAttributor
+    from ctxbench.evaluation import view_weights
+
+    mi = make_input(ids=torch.tensor(IDS), gen_start=GEN_START, template=2)
+    prep, tok = _prepared(mi), SentenceTokenizer()
+    lds_sc, tk = LDSScorer(n_masks=12, seed=3), TopKDropScorer(ks=[1])
+    for sc in (lds_sc, tk):
+        sc.use_job_dir(tmp_path)
+    for att in (RandomAttributor(seed=1), LengthAttributor()):
+        res = att.attribute(None, tok, mi, sink_span=(0, 3))
+        weights = view_weights(res, (0, 3), ["seq", "row"])
+        rec = lds_sc.score(llama, tok, prep, res, weights)
+        got = tk.score(llama, tok, prep, res, weights)
+        ab = lds_sc.store.for_example(llama, tok, prep)
+        own = res.source_scores(ab.sources)
+        if att.name == "length":
+            np.testing.assert_array_equal(own, [3, 4, 2])
+        masks = np.array([[c == "1" for c in b] for b in ab.masks["seed=3,n=12,keep_prob=0.5"]])
+        first = top_sources(own, 1)
+        kept = np.array([j not in first for j in range(3)])
+        for view, w in weights.items():
+            targets = [ab.target(m, view) for m in masks]
+            assert rec["lds"][view]["lds"] == pytest.approx(lds(masks, targets, own), abs=1e-12)
+            drop = (ab.target(np.ones(3, dtype=bool), view) - ab.target(kept, view))
+            assert got["topk"][view]["drop@1"] == pytest.approx(drop / got["topk"][view].get("tokens", 1), abs=1e-9)
+    # a result without a rule is scored by the sum, as before
+    w = np.arange(9.0)
+    np.testing.assert_array_equal(ab.source_scores(w), [w[u].sum() for u in PROMPT_UNITS])

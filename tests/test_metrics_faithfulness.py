@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from ctxbench.metrics.faithfulness import (FaithfulnessScorer, with_deletion_set, auc, block_sizes, curve_metrics, deletion_schedule,
+from ctxbench.metrics.faithfulness import (FaithfulnessScorer, auc, block_sizes, curve_metrics, deletion_schedule,
                                            deletion_scores, density_curve, faithfulness_for_views, mas,
                                            normalized_curve, rise, rise_ap)
+from ctxbench.metrics.faithfulness import with_deletion_set
 from ctxbench.prompts.formats import ModelInput
 
 from helpers.tiny_models import random_llama
@@ -339,7 +340,8 @@ def test_lines_written_before_the_deletion_set_was_recorded_read_it_from_the_cla
     from ctxbench.attribution.multi_hop import MultiHopBothAttributor
     from ctxbench.jobs.results import own_deletion_set
 
-    config = {"attribution": {"ifr_multi_hop_both": {"_target_": "ctxbench.attribution.multi_hop.MultiHopBothAttributor"},
+    flash = "ctxbench.attribution.multi_hop.MultiHopBothAttributor"
+    config = {"attribution": {"ifr_multi_hop_both": {"_target_": flash},
                               "attention": {"_target_": "ctxbench.attribution.baselines.AttentionAttributor"},
                               "gone": {"_target_": "no_such_module.Method"}}}
     assert MultiHopBothAttributor.deletion_set == "nonstop" and AttentionAttributor.deletion_set == "all"

@@ -1,10 +1,12 @@
 """The report's controls: the best method against each control by the paired test, the marks on the control cells
-that are at least as good, and the verdict sentence, on hand-made figures; the Table-1 layout shows both."""
+that are at least as good, and the verdict sentence, on hand-made figures; the Table-1 layout shows both (Holm's
+correction, the two marks and the too-few rule: test_control_marks.py)."""
 
 import numpy as np
 import pytest
 
-from ctxbench.reporting.controls import MARK, any_control, control_rows, controls_table, is_control, marks, verdict
+from ctxbench.reporting.controls import (MARK, MARK_BETTER, any_control, control_rows, controls_table, is_control,
+                                         marks, verdict)
 from ctxbench.reporting.render import markdown
 from ctxbench.reporting.results_table import MinExamples, rows_from_cells, table1_table
 from ctxbench.metrics.stats import StatsSettings
@@ -50,23 +52,26 @@ def test_a_control_at_least_as_good_as_the_best_method_is_marked_and_the_metric_
     assert rec["best"] == "flash" and rec["control"] == "copy_match" and rec["informative"] is False
     by = {c["control"]: c for c in rec["controls"]}
     assert by["copy_match"]["at_least_as_good"] and not by["random"]["at_least_as_good"]
+    assert by["copy_match"]["significantly_better"] and by["copy_match"]["p_holm"] == 2 * by["copy_match"]["p_value"]
     assert by["copy_match"]["diff"] == pytest.approx(0.05)
     assert by["random"]["n"] == 12 and by["random"]["p_value"] < 0.01
     assert rec["beaten"] == ["flash", "attention"] and rec["methods"] == 2
-    assert marks(rows) == {("t", "copy_match", "Recall"): MARK}
+    assert marks(rows) == {("t", "copy_match", "Recall"): MARK_BETTER}  # above on every example: significantly
     said = verdict("t", rows)
-    assert said.startswith("Recall (copy_match ") and "is not informative on this variant" in said
+    assert said.startswith("Recall (copy_match ") and ": significantly better) is not informative on this variant " \
+        "(Holm over the 2 tests of this table)" in said
     assert "RISE cannot be checked (no control was scored with it on the same examples)" in said
     # the table: the control named, its cell marked
     table = table1_table(rows_from_cells(["t"], methods, [RISE, R], cells), [RISE, R], 10, marks=marks(rows),
                          controls=is_control)
     grid = table.grid()
+    recall = next(i for i, h in enumerate(grid[0]) if h.startswith("Recall"))
     copy = next(r for r in grid if r[1].startswith("copy_match"))
-    assert copy[1] == "copy_match (control)" and copy[3].endswith(MARK)
-    assert not next(r for r in grid if r[1] == "flash")[3].endswith(MARK)
+    assert copy[1] == "copy_match (control)" and copy[recall].endswith(MARK_BETTER)
+    assert not next(r for r in grid if r[1] == "flash")[recall].endswith((MARK, MARK_BETTER))
     md = "\n".join(markdown(controls_table(rows)))
     assert any_control(rows) and not any_control([{**r, "controls": []} for r in rows])
-    assert "| t | Recall | flash 0.8" in md and "| 2 of 2 | **no** |" in md
+    assert "| t | Recall | flash 0.8" in md and "| 12 | 0.00049 | 0.00098 | 2 | yes | **yes §** | **no** |" in md
 
 
 def test_a_best_method_that_beats_every_control_is_informative():
@@ -78,7 +83,8 @@ def test_a_best_method_that_beats_every_control_is_informative():
     (rec,) = rows
     assert rec["informative"] is True and rec["control"] == "random" and rec["beaten"] == []
     assert marks(rows) == {}
-    assert verdict("t", rows) == "Recall tells the best method from the controls (it beats every control)."
+    assert verdict("t", rows) == ("Recall tells the best method from the controls (it beats every control; Holm over "
+                                  "the 1 test of this table).")
 
 
 def test_a_figure_under_the_minimum_is_not_ranked():

@@ -9,13 +9,21 @@ import pytest
 
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import table1, write_table1
+from ctxbench.reporting.aggregate import table1
+from ctxbench.reporting.aggregate import write_table1 as _write_table1
+from ctxbench.metrics.stats import StatsSettings
 from ctxbench.jobs.results import find_jobs
 from ctxbench.reporting.protocol import budget_rows, deletion_set_rows, record_budget
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.metrics.summary import summarize
 
 from helpers.records import whole_report, write_job_folder
+
+
+def write_table1(*args, **kw):
+    """The report over these few hand-made examples: intervals and tests drawn from any n (a report's own floor,
+    ``stats.min_n``, is tested in test_report_results)."""
+    return _write_table1(*args, **{"stats": StatsSettings(min_n=1), **kw})
 
 SCORERS = {"faithfulness": FaithfulnessScorer(common_sets=["all", "nonstop"]), "recovery": RecoveryScorer()}
 
@@ -71,7 +79,7 @@ def test_a_method_with_other_settings_is_its_own_row(tmp_path):
     md = whole_report(write_table1(jobs, tmp_path / "out", view="row", caption="evidence CoT (labelled synthetic)",
                                    min_examples=4))
     assert md.startswith("**evidence CoT (labelled synthetic)**")
-    assert "|  | ifr_multi_hop_both (hops=3) | – | – | – | – | – | – | – | too few (3) |" in md
+    assert "|  | ifr_multi_hop_both (hops=3) | 3 | – | – | – | – | – | – | – | too few (3) |" in md
     assert "**too few" not in md  # a figure not shown is never marked the best
     saved = json.loads((tmp_path / "out" / "table1.json").read_text())
     assert saved["caption"] == "evidence CoT (labelled synthetic)" and saved["min_examples"] == 4
@@ -201,12 +209,12 @@ def test_variants_side_by_side_with_the_paper(tmp_path):
     # a minimum of the method's own (IG in the paper's protocol), given to the report stage: its figures with n
     report_stage(OmegaConf.create({"runs": [str(p) for p in {j.path.parent for j in jobs}], "view": "row",
                                    "paper": True, "min_examples": 5, "min_examples_of": {"ifr_multi_hop_both": 3},
-                                   "html": False}), tmp_path / "own")
+                                   "html": False, "stats": {"min_n": 1}}), tmp_path / "own")
     saved = json.loads((tmp_path / "own" / "table1.json").read_text())
     assert (saved["min_examples"], saved["min_examples_of"]) == (5, {"ifr_multi_hop_both": 3})
     page = (tmp_path / "own" / "table1.md").read_text()
     assert "(`ifr_multi_hop_both` from 3 on, shown with its n under 5)" in page
-    assert re.search(r"\| ifr_multi_hop_both \| [\d.]+ \[[^]]+\] \(n=3\) \|", page), page
+    assert re.search(r"\| ifr_multi_hop_both \| 3 \| [\d.]+ \[[^]]+\] \(n=3\) \|", page), page
     report_stage(OmegaConf.create({"runs": [], "variants": [str(tmp_path / "gold"), str(tmp_path / "own")]}),
                  tmp_path / "out2")
     assert "| ifr_multi_hop_both | 0.068 / 0.163 / 0.483 | 0.100 / 0.100 / 0.500 / – | 0.100 (n=3) / 0.100 (n=3) / " \

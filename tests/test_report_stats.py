@@ -29,7 +29,7 @@ from ctxbench.reporting.tables import write_job_summary
 
 VIEWS = ["seq", "row"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
-STATS = StatsSettings(n_resamples=200, level=0.95, seed=3)
+STATS = StatsSettings(n_resamples=200, level=0.95, seed=3, min_n=1)  # 8 examples: intervals and tests drawn
 
 # RISE per example (lower is better): "good" beats "flat" by 0.2 on every example; "mixed" is good on some only.
 RISE = {"good": [0.10, 0.20, 0.30, 0.15, 0.25, 0.05, 0.35, 0.12],
@@ -65,7 +65,8 @@ def test_summary_intervals_are_the_bootstrap_of_each_metric():
 
 def test_comparisons_all_pairs_or_against_a_baseline():
     rows = compare(records(), SCORERS, VIEWS, STATS)
-    # 3 pairs x (3 faithfulness + 1 recovery metrics) x 2 views
+    # 3 pairs x (3 faithfulness + 1 recovery metrics) x 2 views: these records name no deletion set, so they have
+    # no figure under a common set, and a metric without a figure is not compared
     assert len(rows) == 3 * 4 * 2
     assert {(r["a"], r["b"]) for r in rows} == {("good", "flat"), ("good", "mixed"), ("flat", "mixed")}
     gf = next(r for r in rows if (r["a"], r["b"], r["metric"], r["view"]) == ("good", "flat", "RISE", "seq"))
@@ -107,7 +108,7 @@ def write_job(tmp_path: Path, name: str, recs: list[dict], views=VIEWS, methods=
 def test_run_summary_files_carry_intervals_and_comparisons(tmp_path, capsys):
     job = write_job(tmp_path, "0_niah_mq_q2", records())
     summary = json.loads((job / "summary.json").read_text())
-    assert summary["stats"] == {"n_resamples": 200, "level": 0.95, "seed": 3, "baseline": None}
+    assert summary["stats"] == {"n_resamples": 200, "level": 0.95, "seed": 3, "baseline": None, "min_n": 1}
     cell = summary["methods"]["good"]["faithfulness"]["seq"]["RISE"]
     assert {"mean", "std", "n", "ci_low", "ci_high"} == set(cell)
     assert len(summary["comparisons"]) == 24
@@ -133,17 +134,22 @@ def test_report_table1_layout_with_intervals(tmp_path):
     md_path, csv_path, md = written = write_table1(jobs, tmp_path / "report", "seq", STATS)
     md = whole_report(written)
     lines = md.splitlines()
-    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in lines
+    # the headline: every row under the common set (these methods' own set is `all`: their main figures), each
+    # row's n; the paper's mixed protocol in pairs.md
+    assert "### niah_mq_q2 (8 examples)" in lines
+    assert "| method | n | RISE@all ↓ | MAS@all ↓ | Recall@10% ↑ |" in lines
+    assert "| task (N) | method | n | RISE ↓ | MAS ↓ | RISE+AP ↓ | RISE@all ↓ | MAS@all ↓ | Recall@10% ↑ |" in lines
     g = cells[("niah_mq_q2", "good")]["stats"]
+    assert g["RISE@all"] == g["RISE"]
     rows = [line for line in lines if line.startswith("| niah_mq_q2 (8) |") or line.startswith("|  | ")]
-    assert rows[0].startswith(f"| niah_mq_q2 (8) | good | **{g['RISE']['mean']:.3f} [{g['RISE']['ci_low']:.3f}, "
+    assert rows[0].startswith(f"| niah_mq_q2 (8) | good | 8 | **{g['RISE']['mean']:.3f} [{g['RISE']['ci_low']:.3f}, "
                               f"{g['RISE']['ci_high']:.3f}]** |")
     assert [r.split(" | ")[1] for r in rows[:3]] == ["good", "flat", "mixed"]
-    assert "| vt_h2_c3 (8) | good |" in md and "### vt_h2_c3" in md
+    assert "| vt_h2_c3 (8) | good | 8 |" in md and "### vt_h2_c3" in md
     # one comparison row per pair and task, its cells as in the run summary
     assert "| good | flat | 8 | **-0.200 [-0.200, -0.200], p=0.0078** (good better) |" in md
     saved = json.loads((tmp_path / "report" / "table1.json").read_text())
-    assert len(saved["comparisons"]) == 3 * 4 + 1 * 4 and saved["stats"]["n_resamples"] == 200
+    assert len(saved["comparisons"]) == 3 * 6 + 1 * 6 and saved["stats"]["n_resamples"] == 200
     assert csv_path.read_text().splitlines()[0].startswith("dataset,n,good/RISE,good/MAS")
 
 
@@ -198,7 +204,7 @@ def test_report_reads_an_unfinished_run_only_when_asked(tmp_path, caplog):
     assert late.summary["methods"]["flat"]["examples"] == 7
     md = whole_report(write_table1(jobs, tmp_path / "report", "seq", STATS))
     assert f"- `{stopped}`: 7 of 8 examples scored by every method so far" in md
-    assert "| vt_h2_c3 (7/8) | good |" in md
+    assert "| vt_h2_c3 (8) | good | 8 |" in md and "|  | flat | 7 |" in md
     saved = json.loads((tmp_path / "report" / "table1.json").read_text())
     assert saved["unfinished"] == [{"run": str(stopped), "examples": 7, "planned": 8}]
     page = write_report_html(jobs, table1(jobs, "seq", STATS), tmp_path / "report", 0).read_text()
@@ -250,7 +256,7 @@ def test_table1_experiment_lists_and_builds_every_method():
     # perturbation, then the controls
     assert list(cfg.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
                                      "attention", "integrated_gradients", "attnlrp", "perturbation", "copy_match",
-                                     "position", "random"]
+                                     "position", "random", "length"]
     assert set(cfg.attribution) == {p.stem for p in (ROOT / "conf" / "attribution").glob("*.yaml")} - {
         "context_cite", "ifr_span", "input_x_gradient"}
     methods = build_all(cfg.attribution, "attribution", Attributor)

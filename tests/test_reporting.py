@@ -9,7 +9,9 @@ from ctxbench.core.errors import DataError
 from ctxbench.metrics.coverage import CoverageScorer
 from ctxbench.metrics.faithfulness import FaithfulnessScorer
 from ctxbench.metrics.recovery import RecoveryScorer
-from ctxbench.reporting.aggregate import swept_keys, table1, write_table1
+from ctxbench.reporting.aggregate import swept_keys, table1
+from ctxbench.reporting.aggregate import write_table1 as _write_table1
+from ctxbench.metrics.stats import StatsSettings
 from ctxbench.jobs.results import RESULTS, find_jobs
 from ctxbench.reporting.curves import deletion_curve_plots
 from ctxbench.reporting.plots import heatmap_html
@@ -17,6 +19,12 @@ from ctxbench.metrics.summary import example_seconds, summarize
 from ctxbench.reporting.tables import markdown_summary, write_mode_csvs
 
 from helpers.records import whole_report, write_job_folder
+
+
+def write_table1(*args, **kw):
+    """The report over these few hand-made examples: intervals and tests drawn from any n (a report's own floor,
+    ``stats.min_n``, is tested in test_report_results)."""
+    return _write_table1(*args, **{"stats": StatsSettings(min_n=1), **kw})
 
 VIEWS = ["seq", "row", "rec"]
 SCORERS = {"faithfulness": FaithfulnessScorer(), "recovery": RecoveryScorer(fraction=0.1)}
@@ -111,15 +119,18 @@ def test_table1_from_a_multirun(tmp_path):
     datasets, methods, metrics, cells = table1(jobs)
     assert datasets == ["niah_mq_q2", "vt_h2_c3"] and methods == ["ifr_multi_hop", "random"]
     assert [(m["label"], m["higher_is_better"]) for m in metrics] == [
-        ("RISE", False), ("MAS", False), ("RISE+AP", False), ("Recall@10%", True)]
+        ("RISE", False), ("MAS", False), ("RISE+AP", False), ("RISE@all", False), ("MAS@all", False),
+        ("RISE@nonstop", False), ("MAS@nonstop", False), ("Recall@10%", True)]
     assert cells[("vt_h2_c3", "random")]["RISE"] == pytest.approx(0.2)
     assert cells[("vt_h2_c3", "random")]["Recall@10%"] == pytest.approx(0.5)
     md_path, csv_path, md = written = write_table1(jobs, tmp_path / "out")
     md = whole_report(written)
     # the Table-1 layout: a row per task and method, the metric columns (no results.jsonl here: mean ± std)
-    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in md
-    assert "| niah_mq_q2 (3) | ifr_multi_hop | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
-    assert "|  | random (control) | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
+    # (summaries without a deletion set named: no figure under a common set, so no such column)
+    assert "| task (N) | method | n | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in md
+    assert ("| niah_mq_q2 (3) | ifr_multi_hop | 2/3 | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
+            "| 0.500 ± 0.500 |") in md
+    assert "|  | random (control) | 2/3 | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" in md
     rows = list(csv.reader(open(csv_path)))
     assert rows[0][:4] == ["dataset", "n", "ifr_multi_hop/RISE", "ifr_multi_hop/MAS"]
 
@@ -150,16 +161,17 @@ def test_report_joins_a_faithfulness_and_a_recovery_sweep(tmp_path):
     assert methods == ["ifr_multi_hop_both"] and cell["runs_n"] == {3}
     assert cell["RISE"] == pytest.approx(0.2) and cell["Recall@10%"] == pytest.approx(0.5)
     md = whole_report(write_table1(find_jobs([f, r]), tmp_path / "out"))
-    assert ("| niah_mq_q2 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
+    assert ("| niah_mq_q2 (3) | ifr_multi_hop_both | 2/3 | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
             "| 0.500 ± 0.500 |") in md
-    # a recovery run that scored fewer examples: the task's N says both counts, not the larger alone
+    # a recovery run that scored fewer examples: the row's n says both counts; the task's heading one, in words
     short = make_job(tmp_path, "short", "niah_mq_q2", ["mode=recovery", "attribution.ifr_multi_hop_both.hops=3"],
                      ["ifr_multi_hop_both"], modes=["recovery"])
     summary = json.loads((short / "summary.json").read_text())
     summary["methods"]["ifr_multi_hop_both"]["examples"] = 2
     (short / "summary.json").write_text(json.dumps(summary))
     out = write_table1(find_jobs([f, short]), tmp_path / "out_short")
-    assert "### niah_mq_q2 (N=2/3)" in out[2] and "| niah_mq_q2 (2/3) | ifr_multi_hop_both |" in whole_report(out)
+    assert "### niah_mq_q2 (2 examples)" in out[2] and "N=" not in out[2]
+    assert "| niah_mq_q2 (3) | ifr_multi_hop_both | 2/3 |" in whole_report(out)
     assert json.loads((tmp_path / "out_short" / "table1.json").read_text())["cells"][0]["n_per_run"] == [2, 3]
     g = make_job(tmp_path, "g", "niah_mq_q2", ["mode=recovery"], ["ifr_multi_hop_both"], modes=["recovery"])
     with pytest.raises(ValueError, match=r"two runs give ifr_multi_hop_both on niah_mq_q2 \(Recall@10%\)"):
@@ -226,11 +238,12 @@ def test_report_cli_writes_table1(tmp_path):
     make_job(root, "0_dataset=niah_mq_q2", "niah_mq_q2", ["dataset=niah_mq_q2"], ["ifr_multi_hop_both"])
     make_job(root, "1_dataset=vt_h2_c3", "vt_h2_c3", ["dataset=vt_h2_c3"], ["ifr_multi_hop_both"])
     out = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"), f"runs=[{root}]",
-                          f"hydra.run.dir={tmp_path / 'report'}"], capture_output=True, text=True, timeout=300)
+                          f"hydra.run.dir={tmp_path / 'report'}", "stats.min_n=1"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "| vt_h2_c3 (3) | ifr_multi_hop_both | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 | 0.500 ± 0.500 |" \
-        in (tmp_path / "report" / "pairs.md").read_text()
-    assert "### vt_h2_c3 (N=3)" in out.stdout  # the page's headline tables, printed
+    assert ("| vt_h2_c3 (3) | ifr_multi_hop_both | 2/3 | 0.200 ± 0.082 | 0.300 ± 0.082 | 0.400 ± 0.082 "
+            "| 0.500 ± 0.500 |") in (tmp_path / "report" / "pairs.md").read_text()
+    assert "### vt_h2_c3 (2 examples)" in out.stdout  # the page's headline tables, printed
     assert (tmp_path / "report" / "table1.md").exists() and (tmp_path / "report" / "table1.csv").exists()
     # a wrong runs entry: one line naming it, exit code 2, no traceback
     bad = subprocess.run([sys.executable, str(ROOT / "exp" / "exp2" / "report.py"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,11 @@ class AttributionResult:
     prompt stop tokens (only ``_both`` methods set it: faithfulness ranks only the other tokens). ``observation_mask``:
     (P+G,) the mask m of docs/attribution.md, "Multi-hop IFR". ``timings``: seconds (``capture``, ``attribution``,
     ``total``). ``info``: facts a method reports per example (e.g. ContextCite's ablation count and its R^2),
-    JSON-ready; the run stage records them as ``attribution_info``.
+    JSON-ready; the run stage records them as ``attribution_info``. ``source_scores``: how the method scores the
+    prompt's sources (sentences) for the source-level metrics (LDS, top-k drop; ``metrics.source_ablation``): called
+    with the sources, each its prompt-token indices (0..P-1), it returns one score per source. None: a source's score
+    is the sum of the view's token weights over its tokens, which favours long sentences; a control whose score is not
+    a sum of per-token scores (``random``: one draw per source; ``length``) says so here (docs/metrics.md, "Controls").
     """
 
     matrix: np.ndarray
@@ -48,6 +52,7 @@ class AttributionResult:
     timings: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    source_scores: Optional[Callable[[list[np.ndarray]], np.ndarray]] = None
 
     @property
     def prompt_matrix(self) -> np.ndarray:
@@ -68,6 +73,10 @@ class Attributor(Part, ABC):
     needs_model: ClassVar[bool] = True  # False: the method reads token ids only (controls); the model may be None
     # True: the method asks the model for log-probabilities only, so it runs on a served model too (model=openai)
     log_probs_only: ClassVar[bool] = False
+    # the prompt tokens the faithfulness scorer deletes for this method when it scores it under its own set: "all", or
+    # "nonstop" for a method whose result carries ``prompt_stop_mask`` (FlashTrace); read for result lines written
+    # before the scorer recorded it
+    deletion_set: ClassVar[str] = "all"
 
     def attribute(self, model, tokenizer, model_input, sink_span: Span = None, thinking_span: Span = None,
                   rows: Optional[Sequence[int]] = None) -> AttributionResult:

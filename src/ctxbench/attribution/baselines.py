@@ -13,13 +13,14 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterator, Optional
+from typing import Callable, ClassVar, Iterator, Optional
 
 import numpy as np
 import torch
 
 from ctxbench.attribution.base import AttributionResult, Attributor, causal_column_mask, empty_matrix
 from ctxbench.attribution.capture import capture
+from ctxbench.attribution.context_cite import example_rng
 from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.attribution.memory import (Need, eager_attention, forward_transient, ifr_capture, result_matrix,
                                          saved_for_backward, scored_logits)
@@ -261,7 +262,12 @@ class IntegratedGradientsAttributor(_GradBaseline):
 @dataclass
 class RandomAttributor(_Baseline):
     """Uniform [0, 1) scores on the causal past, from ``seed`` mixed with the input ids, so the same example always
-    gets the same matrix (the config passes the run's top-level ``seed``)."""
+    gets the same matrix (the config passes the run's top-level ``seed``).
+
+    One draw per unit a metric scores: per token in the matrix (RISE, MAS, recovery), and per source for the
+    source-level metrics (LDS, top-k drop: ``AttributionResult.source_scores``), from the same seed and ids in a
+    stream of its own. Summing uniform token noise over a sentence would rank sentences by length, a prior
+    (the ``length`` control), not chance."""
 
     name: ClassVar[str] = "random"
     needs_model: ClassVar[bool] = False
@@ -276,4 +282,19 @@ class RandomAttributor(_Baseline):
         rng = np.random.default_rng([int(self.seed), int(ids.sum() % (1 << 63)), ids.size])
         full = torch.as_tensor(rng.random((ctx.G, ctx.T), dtype=np.float32)[ctx.row_indices()],
                                device=ctx.input_ids.device)
-        return self._finish(ctx, full, timings, t0)
+        res = self._finish(ctx, full, timings, t0)
+        res.source_scores = per_source_uniform(int(self.seed), ids.astype(np.int64))
+        return res
+
+
+RANDOM_SOURCE_STREAM = 0x524E44  # "RND": the per-source draws' stream, apart from the LDS masks' and ContextCite's
+
+
+def per_source_uniform(seed: int, input_ids) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """A source rule (``AttributionResult.source_scores``): an independent uniform [-1, 1) draw per source, from
+    ``seed`` and a digest of the example's tokens (``context_cite.example_rng``); the same draws on every call.
+
+    Centred, so that its expected LDS is 0: scores all >= 0 would predict "more sources kept, higher target", which
+    the model's targets mostly follow (a prior of its own). Top-k ranks the same as with [0, 1) draws."""
+    ids = np.asarray(input_ids, dtype=np.int64).reshape(-1).copy()
+    return lambda sources: 2.0 * example_rng(seed, ids, stream=RANDOM_SOURCE_STREAM).random(len(sources)) - 1.0

@@ -9,26 +9,31 @@ targets that repeat the prompt, "find where the target was copied from" already 
   p's token idf over the prompt (``ln(P / n)`` for a token occurring n times among the P prompt tokens), added as a
   fraction below 1 so it never outweighs a longer run.
 - ``position``: a recency prior: prompt token p scores ``(p + 1) / P`` in every row.
-- ``random`` (``baselines.RandomAttributor``): uniform scores.
+- ``length``: a length prior: prompt token p scores the token count of the prompt sentence it lies in, in every row;
+  a source (sentence) of the source-level metrics (LDS, top-k drop) scores its token count. A method's source score is
+  the sum of its token scores over the sentence (``AttributionResult.source_scores`` None), which by itself favours
+  long sentences: this row shows what that prior alone gets.
+- ``random`` (``baselines.RandomAttributor``): uniform scores, one draw per token, and one per source, in [-1, 1),
+  for LDS and top-k drop (so that chance carries no length prior).
 
-They need the token ids only, so a run of controls with model-free scorers (recovery) loads no model weights. Their
-generated-token columns are 0 (they attribute to the prompt only); rows the caller does not read are NaN as for
-every per-token method.
+They need the token ids only (``length`` the tokenizer too, to split the prompt into sentences as the sources are
+split), so a run of controls with model-free scorers (recovery) loads no model weights. Their generated-token columns
+are 0 (they attribute to the prompt only); rows the caller does not read are NaN as for every per-token method.
 """
 
 from __future__ import annotations
 
 import time
-from abc import abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 
 from ctxbench.attribution.base import AttributionResult, Attributor, empty_matrix
 from ctxbench.attribution.memory import Need, result_matrix
+from ctxbench.attribution.perturbation import SentenceUnits
 
-CONTROL_METHODS = ("copy_match", "position", "random")  # the methods a report treats as controls
+CONTROL_METHODS = ("copy_match", "position", "length", "random")  # the methods a report treats as controls
 
 
 @dataclass
@@ -47,13 +52,23 @@ class _Control(Attributor):
         rows = ctx.row_indices()
         A = empty_matrix(ctx.G, ctx.P)
         A[rows] = 0.0
-        A[rows, :ctx.P] = self._prompt_scores(prompt, ids[ctx.gen_start:])[rows]
+        A[rows, :ctx.P] = self._scores(tokenizer, ctx, prompt, ids[ctx.gen_start:])[rows]
         timings["attribution"] = time.perf_counter() - t0
-        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows)
+        return AttributionResult(matrix=A, method=self.name, P=ctx.P, G=ctx.G, rows_written=rows,
+                                 source_scores=self._source_rule())
 
-    @abstractmethod
+    def _scores(self, tokenizer, ctx, prompt: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """(G, P) scores of the prompt tokens for each generated token (``_prompt_scores``: from the ids alone)."""
+        return self._prompt_scores(prompt, target)
+
     def _prompt_scores(self, prompt: np.ndarray, target: np.ndarray) -> np.ndarray:
-        """(G, P) scores of the prompt tokens for each generated token."""
+        """(G, P) from the prompt's and the generation's ids (copy_match, position)."""
+        raise NotImplementedError
+
+    def _source_rule(self) -> Optional[Callable[[list[np.ndarray]], np.ndarray]]:
+        """How the source-level metrics score a source (``AttributionResult.source_scores``); None: the sum of the
+        token scores over its tokens."""
+        return None
 
 
 def copy_run_lengths(prompt, target) -> np.ndarray:
@@ -115,3 +130,33 @@ class PositionAttributor(_Control):
     def _prompt_scores(self, prompt, target):
         P = prompt.size
         return np.broadcast_to(np.arange(1, P + 1, dtype=np.float32) / max(P, 1), (target.size, P))
+
+
+def sentence_token_counts(sentences: list[np.ndarray], P: int) -> np.ndarray:
+    """(P,) for each prompt token, the token count of the sentence (``SentenceUnits.prompt``) it lies in."""
+    out = np.zeros(P, dtype=np.int64)
+    for cols in sentences:
+        out[np.asarray(cols, dtype=np.int64)] = len(cols)
+    return out
+
+
+def source_token_counts(sources: list[np.ndarray]) -> np.ndarray:
+    """A source rule: a source's score is its token count (not the sum of its tokens' scores, its count squared)."""
+    return np.array([len(s) for s in sources], dtype=np.float64)
+
+
+@dataclass
+class LengthAttributor(_Control):
+    """The length prior: a prompt token scores the token count of its sentence, a source its token count."""
+
+    name: ClassVar[str] = "length"
+
+    def _scores(self, tokenizer, ctx, prompt, target):
+        if tokenizer is None:
+            raise ValueError("length: needs the tokenizer, to split the prompt into sentences")
+        # the sentences the sources are made of (metrics.source_ablation: SentenceUnits.of, the same split)
+        row = sentence_token_counts(SentenceUnits.of(tokenizer, ctx).prompt, prompt.size).astype(np.float32)
+        return np.broadcast_to(row, (target.size, prompt.size))
+
+    def _source_rule(self):
+        return source_token_counts

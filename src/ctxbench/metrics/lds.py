@@ -61,7 +61,7 @@ class LDSScorer(AblationScorer):
         out = {}
         for view, w in weights.items():
             targets = [ab.target(m, view) for m in masks]
-            out[view] = {"lds": lds(masks, targets, ab.source_scores(w))}
+            out[view] = {"lds": lds(masks, targets, ab.source_scores(w, getattr(result, "source_scores", None)))}
         return {self.name: out, "lds_info": {"sources": ab.n_sources, "masks": self.n_masks, **counts}}
 
     def values(self, view_record):

@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 
@@ -58,8 +58,15 @@ class SourceAblations:
     def n_sources(self) -> int:
         return len(self.sources)
 
-    def source_scores(self, w) -> np.ndarray:
-        """(S,) a method's score of each source: the sum of its prompt weights over the source's tokens (NaN as 0)."""
+    def source_scores(self, w, rule: Optional[Callable[[list[np.ndarray]], np.ndarray]] = None) -> np.ndarray:
+        """(S,) a method's score of each source: ``rule(sources)`` where the method gives one
+        (``AttributionResult.source_scores``), else the sum of its prompt weights over the source's tokens (NaN as 0).
+        The sum is a length prior (a long sentence collects more weight), which a method's own rule can avoid."""
+        if rule is not None:
+            out = np.asarray(rule(self.sources), dtype=np.float64).reshape(-1)
+            if out.size != self.n_sources:
+                raise ValueError(f"a source rule gave {out.size} scores for {self.n_sources} sources")
+            return out
         w = np.nan_to_num(np.asarray(w, dtype=np.float64).reshape(-1), nan=0.0)
         return np.array([float(w[s].sum()) for s in self.sources], dtype=np.float64)
 

@@ -1,5 +1,6 @@
-"""Statistics of per-example scores: a percentile bootstrap interval of the mean, and paired comparisons of two
-methods on the examples both scored (difference of means with its bootstrap interval, Wilcoxon signed-rank test).
+"""Statistics of per-example scores: a percentile bootstrap interval of the mean, paired comparisons of two methods
+on the examples both scored (difference of means with its bootstrap interval, Wilcoxon signed-rank test), and Holm's
+adjustment of a family of p-values (``holm``; the controls check of a Table-1 report uses it).
 
 Everything is seeded through its own ``numpy.random.Generator`` (never the global RNG), so a summary is reproducible.
 What the figures mean and assume: docs/metrics.md#statistics.
@@ -20,12 +21,15 @@ from ctxbench.core.errors import ConfigError
 @dataclass
 class StatsSettings:
     """The ``stats`` config of run_exp and the report command: bootstrap resamples, interval level, seed (run_exp:
-    the top-level ``seed``), and ``baseline``: compare every method with this one instead of all pairs."""
+    the top-level ``seed``), ``baseline``: compare every method with this one instead of all pairs, and ``min_n``:
+    a Table-1 report tables no method row, and tests no control, on fewer examples."""
 
     n_resamples: int = 1000
     level: float = 0.95
     seed: int = 0
     baseline: Optional[str] = None
+    # the fewest examples (pairs, for a test) a report draws an interval, a test or a control's mark from
+    min_n: int = 10
 
     def __post_init__(self):
         try:
@@ -118,14 +122,15 @@ def wilcoxon_signed_rank(diffs: np.ndarray) -> tuple[float, float, int]:
 
 def paired_comparison(a: Mapping[str, Optional[float]], b: Mapping[str, Optional[float]], *,
                       higher_is_better: bool, n_resamples: int = 1000, level: float = 0.95,
-                      seed: int = 0) -> dict[str, Any]:
+                      seed: int = 0, min_n: int = 1) -> dict[str, Any]:
     """Compare methods A and B on the examples both scored (``a``, ``b``: ``{example id: value}``; None/NaN on
     either side leaves the example out).
 
     Returns ``n`` (pairs), ``mean_a``, ``mean_b``, ``diff`` (mean of a - b) with ``ci_low``/``ci_high`` (bootstrap
     over pairs), ``statistic``/``p_value``/``n_nonzero`` of the Wilcoxon signed-rank test, ``better`` ("a", "b", or
     None for a tie or no pair: the side the mean difference favours given the direction) and ``significant`` (p-value
-    below 1 - level and the interval excluding 0)."""
+    below 1 - level and the interval excluding 0). On fewer than ``min_n`` pairs there is no interval and no test
+    (``too_few``: True; p-value and interval None, never significant)."""
     _check(n_resamples, level)
     ids = [k for k in a if k in b and _finite(a[k]) and _finite(b[k])]
     if not ids:
@@ -134,10 +139,14 @@ def paired_comparison(a: Mapping[str, Optional[float]], b: Mapping[str, Optional
     xa = np.asarray([float(a[k]) for k in ids])
     xb = np.asarray([float(b[k]) for k in ids])
     d = xa - xb
-    ci = bootstrap_ci(d, n_resamples=n_resamples, level=level, seed=seed)
-    stat, p, nonzero = wilcoxon_signed_rank(d)
     diff = float(d.mean())
     better = None if diff == 0 else ("a" if (diff > 0) == higher_is_better else "b")
+    if len(ids) < min_n:
+        return {"n": len(ids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": diff,
+                "ci_low": None, "ci_high": None, "statistic": None, "p_value": None, "n_nonzero": int((d != 0).sum()),
+                "better": better, "significant": False, "too_few": True}
+    ci = bootstrap_ci(d, n_resamples=n_resamples, level=level, seed=seed)
+    stat, p, nonzero = wilcoxon_signed_rank(d)
     excludes_zero = ci.low is not None and (ci.low > 0 or ci.high < 0)
     return {"n": len(ids), "mean_a": float(xa.mean()), "mean_b": float(xb.mean()), "diff": diff,
             "ci_low": ci.low, "ci_high": ci.high, "statistic": stat, "p_value": p, "n_nonzero": nonzero,
@@ -160,8 +169,29 @@ def compare_methods(values: Mapping[str, Mapping[str, Optional[float]]], *, high
     ``{"a", "b", **paired_comparison(...)}``; the pairs of ``method_pairs``."""
     return [{"a": a, "b": b, **paired_comparison(values[a], values[b], higher_is_better=higher_is_better,
                                                  n_resamples=settings.n_resamples, level=settings.level,
-                                                 seed=settings.seed)}
+                                                 seed=settings.seed, min_n=settings.min_n)}
             for a, b in method_pairs(list(values), settings.baseline)]
+
+
+def holm(p_values: Iterable[Optional[float]]) -> list[Optional[float]]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test procedure",
+    Scand. J. Statist. 6: 65-70), in the order given. With the m p-values that are not None sorted ascending,
+    p_(1) <= ... <= p_(m), the adjusted p_(i) is max over j <= i of min(1, (m - j + 1) p_(j)); rejecting where the
+    adjusted p-value is below alpha is Holm's procedure at level alpha, which bounds the chance of any false rejection
+    in the family by alpha. None entries (no test) stay None and do not count in m; a p-value outside [0, 1] or NaN
+    is a ValueError."""
+    ps = list(p_values)
+    tested = [i for i, p in enumerate(ps) if p is not None]
+    for i in tested:
+        if not 0.0 <= float(ps[i]) <= 1.0:  # NaN fails both comparisons
+            raise ValueError(f"holm: p-value {ps[i]!r} (position {i}) is not in [0, 1]")
+    m = len(tested)
+    out: list[Optional[float]] = [None] * len(ps)
+    running = 0.0
+    for j, i in enumerate(sorted(tested, key=lambda k: float(ps[k])), start=1):  # stable: ties keep their order
+        running = max(running, min(1.0, (m - j + 1) * float(ps[i])))
+        out[i] = running
+    return out
 
 
 def _finite(v: Optional[float]) -> bool:

@@ -31,7 +31,7 @@ def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], 
               stats: Optional[StatsSettings] = None) -> dict[str, dict[str, Any]]:
     """``{method: {"examples", "avg_attribution_s", "avg_total_s", <scorer name>: {view: {metric: {mean, std, n}}}}}``
     (``avg_total_s``: attribution and every scoring step, ``example_seconds``); with ``stats`` every metric also gets
-    ``ci_low``/``ci_high``, the bootstrap interval of its mean."""
+    ``ci_low``/``ci_high``, the bootstrap interval of its mean, when it rests on at least ``stats.min_n`` examples."""
     views = list(views)
     out: dict[str, dict[str, Any]] = {}
     for method, recs in by_method(records).items():
@@ -45,6 +45,8 @@ def summarize(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], 
             if stats is not None:
                 for v, by_metric in scorer.example_values(recs, views).items():
                     for key, vals in by_metric.items():
+                        if len(vals) < stats.min_n:  # no interval from fewer examples: the mean and its n
+                            continue
                         ci = bootstrap_ci(vals.values(), n_resamples=stats.n_resamples, level=stats.level,
                                           seed=stats.seed)
                         agg[v][key].update(ci_low=ci.low, ci_high=ci.high)
@@ -77,6 +79,8 @@ def compare(records: Iterable[dict[str, Any]], scorers: Mapping[str, Scorer], vi
         for v in views:
             for metric in scorer.metrics():
                 per_method = {m: values[m][v][metric.key] for m in values}
+                if not any(per_method.values()):
+                    continue  # a metric no method has a figure of (a deletion set nobody was scored under)
                 rows += [{"mode": name, "view": v, "metric": metric.key, "label": metric.label, **c}
                          for c in compare_methods(per_method, higher_is_better=metric.higher_is_better,
                                                   settings=stats)]

@@ -17,8 +17,8 @@ from ctxbench.metrics.scorer import Scorer
 from ctxbench.metrics.stats import StatsSettings
 from ctxbench.metrics.summary import compare, summarize
 from ctxbench.core.part import without_neutral
-from ctxbench.reporting.controls import (MARK, any_control, control_rows, controls_table, example_values, is_control,
-                                         marks, verdict)
+from ctxbench.reporting.controls import (MARK, MARK_BETTER, any_control, control_rows, controls_table, example_values,
+                                         is_control, legend, marks, verdict)
 from ctxbench.reporting.curves import deletion_curve_plots
 from ctxbench.reporting.figures import deletion_set_chart, interval_chart
 from ctxbench.reporting.paper import load_paper, ordering_rows, ordering_table
@@ -134,9 +134,10 @@ def _descriptions(job: JobRun) -> dict[str, dict]:
     """The job's scorers described as today's code reads its records (a metric added since the run, e.g. a deletion
     set's figures derived from the main ones, is a column too), else as its summary.json says."""
     try:
-        return {n: sc.describe() for n, sc in job.scorers().items()}
+        built = job.scorers()
     except ConfigError:  # a scorer whose settings today's code refuses: its own record of itself
-        return job.summary.get("scorers", {})
+        built = {}
+    return {n: sc.describe() for n, sc in built.items()} or job.summary.get("scorers", {})
 
 
 def _add_job_cells(cells: dict[tuple[str, str], dict], job: JobRun, view: str) -> list[str]:
@@ -312,7 +313,8 @@ def _table1_page(r: _Report, out: Path) -> str:
                       "too_few": too_few_rows(rows, d, labels, r.stats.min_n), "table": without_task_column(t),
                       "verdict": verdict(d, r.checks), "chart": chart.name if chart else None})
     return render_page(
-        "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, min_n=r.stats.min_n,
+        "table1.md.j2", caption=r.caption, view=r.view, level=r.stats.level, legend=legend(r.stats.min_n),
+        min_n=r.stats.min_n,
         direction=direction(r.headline), more=[m["label"] for m in r.metrics if m not in r.headline],
         unfinished=[(j.path, unfinished_note(j)) for j in r.jobs if j.unfinished], tasks=tasks, least=r.least,
         # ContextCite fits its weights to the target under random sentence masks, which is what LDS measures
@@ -330,7 +332,8 @@ def _pairs_page(r: _Report, out: Path) -> str:
     every = table1_layout(r.datasets, r.methods, r.described, r.cells, r.least, r.n_of, r.view, marks(r.checks),
                           r.stats.min_n)
     return render_page(
-        "pairs.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, paper=r.paper,
+        "pairs.md.j2", caption=r.caption, view=r.view, level=r.stats.level, mark=MARK, better=MARK_BETTER,
+        min_n=r.stats.min_n, paper=r.paper,
         direction=direction(r.metrics), every=every if r.datasets else None, any_control=any_control(r.checks),
         controls=controls_table(r.checks), deletion_sets=deletion_set_table(r.by_set) if r.by_set else None,
         set_names=deletion_set_names(r.by_set), set_charts=set_charts,

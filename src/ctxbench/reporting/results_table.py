@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ctxbench.metrics.scorer import VIEW_LABELS
+from ctxbench.metrics.stats import StatsSettings
 
 
 # --- the long format -------------------------------------------------------------------------------------------------
@@ -265,6 +266,8 @@ def comparison(c: Mapping[str, Any]) -> Cell:
     named when the difference is significant."""
     if c["diff"] is None:
         return Cell("–")
+    if c.get("too_few"):
+        return Cell(f"{c['diff']:+.3f}", note=f"(n={c['n']}: too few to test)")
     text = f"{c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], p={c['p_value']:.2g}"
     if c["significant"]:
         return Cell(text, note=f"({c[c['better']]} better)", strong=True)
@@ -326,7 +329,9 @@ def task_examples(rows: Sequence[ResultRow], dataset: str) -> str:
     return "/".join(str(n) for n in sorted({n for r in rows if r.dataset == dataset for n in r.examples}))
 
 
-MIN_STATS = 10  # no interval, test or mark rests on fewer examples: such rows are listed under a table, not in it
+# no interval, test or mark rests on fewer examples (the report's stats.min_n by default): such rows are listed under
+# a table, not in it
+MIN_STATS = StatsSettings().min_n
 
 
 def row_examples(rows: Sequence[ResultRow], dataset: str, method: str, labels: Sequence[str]) -> list[int]:
