@@ -29,6 +29,8 @@
 #                 stop-token recall (gold's faith lane predates it)
 #   report        the variant's table in the paper's layout, intervals, orderings, funnel: <variant>/report/
 #   compare       (no variant) the variants' reports beside the paper's Table 1: runs/table1/variants/variants.md
+#   overview      (no variant) every report's headline in orders and verdicts, from its table1.json alone:
+#                 runs/table1/overview/overview.md
 #   families      (no variant; TABLE1_MODEL set) each variant's report of TABLE1_MODEL beside SmolLM2's: which
 #                 method orderings hold in both models, <TABLE1_DIR>/<model>/families/<variant>/families.md
 #
@@ -63,7 +65,7 @@ pairs_of() { case ",$1," in *,ifr_multi_hop_both,*) ;; *) echo stats.baseline=nu
 variant=gold
 case ${1:-} in gold|cot_self|cot_evidence) variant=$1; shift ;; esac
 lane=${1:-}
-[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|faith_common|ig|controls|controls_faith|lds|rec|report|compare|families"
+[ -n "$lane" ] || fail "usage: bash scripts/table1.sh [gold|cot_self|cot_evidence] sample|faith|faith_common|ig|controls|controls_faith|lds|rec|report|compare|overview|families"
 shift
 # gold keeps the folders it was first run in (runs/table1/faith_rec, ...); each CoT variant has a folder of its own
 vdir=$out; [ "$variant" = gold ] || vdir=$out/$variant
@@ -158,6 +160,16 @@ case $lane in
     for v in report cot_self/report cot_evidence/report; do [ -f "$out/$v/table1.json" ] && reports+="${reports:+,}$out/$v"; done
     [ -n "$reports" ] || fail "no variant's report yet (bash scripts/table1.sh <variant> report)"
     exec "$py" exp/exp2/report.py 'runs=[]' "variants=[$reports]" hydra.run.dir="$out/variants" "$@" ;;
+  overview)
+    # every committed report's headline in orders and verdicts, rendered from its table1.json (the docs link here)
+    reports=""
+    for d in "$out"/report "$out"/cot_self/report "$out"/cot_evidence/report "$out"/*/report "$out"/*/cot_self/report \
+             "$out"/*/cot_evidence/report; do  # SmolLM2's variants, then each other model's
+      [ -f "$d/table1.json" ] || continue
+      case ",$reports," in *",$d,"*) ;; *) reports+="${reports:+,}$d" ;; esac
+    done
+    [ -n "$reports" ] || fail "no report yet (bash scripts/table1.sh <variant> report)"
+    exec "$py" exp/exp2/report.py 'runs=[]' "overview=[$reports]" hydra.run.dir="$out/overview" "$@" ;;
   families)
     [ "$model" != smollm2-135m ] || fail "families sets another model's reports beside SmolLM2's: set TABLE1_MODEL"
     found=""
@@ -169,5 +181,5 @@ case $lane in
     done
     [ -n "$found" ] || fail "no variant with a report for both SmolLM2 and $model (bash scripts/table1.sh <variant> report)" ;;
   *)
-    fail "unknown lane '$lane' (sample | faith | faith_common | ig | controls | controls_faith | lds | rec | report | compare | families)" ;;
+    fail "unknown lane '$lane' (sample | faith | faith_common | ig | controls | controls_faith | lds | rec | report | compare | overview | families)" ;;
 esac

@@ -114,3 +114,36 @@ def test_the_variants_page_names_the_controls_and_keeps_their_marks():
     md = variants_markdown([("runs/ev/report", t)], {})
     assert f"| copy_match (control) | – / – / – | – / – / 0.900{MARK} / – |" in md
     assert "| flash | – / – / – | – / – / 0.600 / 0.400 |" in md  # RISE / MAS / Recall@10% / LDS
+
+
+def test_the_overview_renders_every_figure_from_the_reports_table1_json():
+    """overview.md (reporting.overview): per task and metric the order best first and the control check, every
+    number on the page taken from the report's table1.json (its cells and its controls rows)."""
+    import re
+
+    from ctxbench.reporting.overview import control_wins, metric_order, overview_markdown
+
+    values = _values()
+    cells = _cells(values)
+    methods = ["flash", "attention", "copy_match", "random"]
+    rows = control_rows(["t"], methods, [RISE, R], cells, {"t": values}, MinExamples(10), StatsSettings())
+    cells[("t", "few")] = {"method": "few", "runs_n": {3}, "stats": {"Recall": {"mean": 0.99, "n": 3}}}
+    # what write_table1 saves, reduced to the keys the overview reads; "Recall@10%" is the headline label
+    rename = {"Recall": "Recall@10%", "RISE": "RISE@all"}
+    t = {"caption": "synthetic", "models": ["m"], "datasets": ["t"], "stats": {"min_n": 10},
+         "metrics": [{**m, "label": rename[m["label"]]} for m in (RISE, R)],
+         "cells": [{"dataset": "t", "method": me, "n": max(c["runs_n"]),
+                    "figures": {rename[k]: v for k, v in c["stats"].items()}} for (_, me), c in cells.items()],
+         "controls": [{**r, "metric": rename[r["metric"]]} for r in rows]}
+    order = metric_order(t, "t", "Recall@10%")
+    assert [r["method"] for r in order] == ["copy_match", "flash", "attention", "random"]  # "few": 3 examples
+    assert order[0]["mark"] == MARK_BETTER and order[0]["control"]
+    assert control_wins(t) == [("t", "Recall@10%", "copy_match", "flash")]
+    md = overview_markdown([("runs/x/report", t)])
+    assert "## synthetic (m)" in md and "**copy_match significantly better** than the best method (flash)" in md
+    assert "flash beats every control" not in md
+    assert "| t | Recall@10% | copy_match | flash |" in md  # the list of control wins
+    line = next(x for x in md.splitlines() if x.startswith("| t | 12 | Recall@10% |"))
+    figures = [float(x) for x in re.findall(r"\d\.\d{3}", line)]
+    assert figures == [round(r["mean"], 3) for r in order]  # each figure is a cell's mean, in the order shown
+    assert "few" not in md

@@ -151,6 +151,8 @@ class ReportConfig:
     # report folders of one variant made with different models (model=...): which orderings hold in every model, in
     # families.md
     families: List[str] = field(default_factory=list)
+    # report folders whose headlines overview.md sets out in orders and verdicts, from their table1.json alone
+    overview: List[str] = field(default_factory=list)
     # folders of sampled caches (a CoT variant's samples/): each task's funnel is listed, explained or not
     samples: List[str] = field(default_factory=list)
 

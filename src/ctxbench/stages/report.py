@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from ctxbench.stages.conf import ReportConfig, RunConfig, stage_config
 from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.reporting.paper import load_paper
+from ctxbench.reporting.overview import overview_markdown
 from ctxbench.reporting.protocol import families_markdown, variants_markdown
 
 from ctxbench.reporting.aggregate import table1, table_view, write_table1
@@ -88,6 +89,14 @@ def write_families(report_dirs: list[str], output_dir: str | Path) -> Path:
     return out
 
 
+def write_overview(report_dirs: list[str], output_dir: str | Path) -> Path:
+    """``overview.md``: every report's headline orders and control checks (``reporting.overview``)."""
+    out = Path(output_dir) / "overview.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(overview_markdown(_reports(report_dirs)), encoding="utf-8")
+    return out
+
+
 def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     rc: ReportConfig = stage_config(cfg, ReportConfig)
     least = MinExamples(rc.min_examples, dict(rc.min_examples_of))
@@ -102,6 +111,11 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         path = write_families(rc.families, output_dir)
         print(path.read_text())
         out["families"] = str(path)
+    if rc.overview:
+        accept_job()
+        path = write_overview(rc.overview, output_dir)
+        print(path.read_text())
+        out["overview"] = str(path)
     if not rc.runs and rc.samples:
         # sampled caches, nothing explained yet (or every task kept too few rows): the funnels alone
         accept_job()
@@ -112,7 +126,7 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         if out:
             return out
         raise ConfigError("runs: name the run_exp run or multirun folders to report (or variants=[report dirs], "
-                          "families=[report dirs])")
+                          "families=[report dirs], overview=[report dirs])")
     # Shards of a sharded run_exp are merged first (under output_dir/merged_shards/), then read like any run.
     plain, merged = merged_shard_runs(rc.runs, Path(output_dir))
     runs = plain + [str(m) for m in merged]
