@@ -307,7 +307,8 @@ def _verdicts(t: dict, task: str, label: str) -> dict[tuple[str, str], tuple[str
     metric; the pair in alphabetical order (reports may list the methods in other orders)."""
     out = {}
     for c in t.get("comparisons") or []:
-        if c["dataset"] == task and c["label"] == label and c.get("better") in ("a", "b"):
+        # a pair on fewer than the report's stats.min_n examples was not tested: no verdict rests on it
+        if c["dataset"] == task and c["label"] == label and c.get("better") in ("a", "b") and not c.get("too_few"):
             out[tuple(sorted((c["a"], c["b"])))] = (c[c["better"]], bool(c.get("significant")), int(c["n"]))
     return out
 
