@@ -137,8 +137,7 @@ class JobRun:
                 return []
             original = {label: m for m, label in self.labels.items()}
             wanted = {original.get(m, m) for m in self.summary["methods"]}
-            own = {m: own_deletion_set(self.config, m) for m in wanted}
-            self.lines = [with_deletion_set(r, own[r["method"]]) for _, r in iter_jsonl(path) if r["method"] in wanted]
+            self.lines = [self.read_line(r) for _, r in iter_jsonl(path) if r["method"] in wanted]
         out = [dict(r) for r in self.lines]  # the caller's copies: superseded scores are blanked in them only
         for r in out:
             r["method"] = self.labels.get(r["method"], r["method"])
@@ -146,6 +145,11 @@ class JobRun:
                 if r["method"] == method:
                     r[scorer] = None
         return out
+
+    def read_line(self, record: dict) -> dict:
+        """A result line as today's scorers read it: one written before the faithfulness scorer named the method's
+        own deletion set gets it from the method's class (``own_deletion_set``)."""
+        return with_deletion_set(record, own_deletion_set(self.config, record["method"]))
 
     def scores(self, method: str, scorer: str) -> bool:
         """Whether this job's figures for ``method`` include ``scorer``'s (and are not superseded)."""
@@ -235,7 +239,7 @@ def _job(d: Path, manifest: dict, summary: Optional[dict]) -> JobRun:
         config = job.config
         methods = list(config.get("attribution") or {})
         # the job may be writing its next line: only complete lines count
-        records = [r for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
+        records = [job.read_line(r) for _, r in iter_jsonl(d / RESULTS, complete_only=True) if r["method"] in methods]
         job.lines = records
         job.summary = run_summary(records, job.scorers(), list(run_setting(config, "views")),
                                   run_setting(config, "stats"))

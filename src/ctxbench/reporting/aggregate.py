@@ -274,14 +274,20 @@ class _Report:
 
     @property
     def headline(self) -> list[dict[str, Any]]:
-        """The headline columns some task compares at least two rows on (a deletion set only FlashTrace was scored
-        under compares nothing: the gold faith lane predates the common sets)."""
-        head = [m for m in self.metrics if m.get("key") in HEADLINE_KEYS]
-        return [m for m in head if self._compared(m["label"])] or head or self.metrics
+        return headline_metrics(self.metrics, self.datasets, self.methods, self.cells, self.least)
 
-    def _compared(self, label: str) -> bool:
-        return any(sum(1 for me in self.methods if self.least.ranked(self.cells.get((d, me)), label) is not None) > 1
-                   for d in self.datasets)
+
+def headline_metrics(metrics: list[dict[str, Any]], datasets: list[str], methods: list[str],
+                     cells: dict[tuple[str, str], dict], least: MinExamples) -> list[dict[str, Any]]:
+    """table1.md's columns, and the family the controls are checked on: the headline metrics (``HEADLINE_KEYS``)
+    that some task compares at least two rows on (a deletion set only FlashTrace was scored under compares nothing:
+    the gold faith lane predates the common sets); the rest are in pairs.md."""
+    def compared(label: str) -> bool:
+        return any(sum(1 for me in methods if least.ranked(cells.get((d, me)), label) is not None) > 1
+                   for d in datasets)
+
+    head = [m for m in metrics if m.get("key") in HEADLINE_KEYS]
+    return [m for m in head if compared(m["label"])] or head or metrics
 
 
 def _gather(jobs: list[JobRun], view: str, stats: StatsSettings, least: MinExamples, paper: bool,
@@ -299,7 +305,7 @@ def _gather(jobs: list[JobRun], view: str, stats: StatsSettings, least: MinExamp
         orderings=ordering_rows(datasets, methods, metrics, ranked, comps, paper_figures) if paper else None,
         sources=source_rows(jobs, samples), by_set=deletion_set_rows(datasets, methods, ranked, comps, paper_figures),
         pooled=pooled, budgets=budget_rows({d: recs for d, (recs, _) in pooled.items()}),
-        checks=control_rows(datasets, methods, metrics, cells,
+        checks=control_rows(datasets, methods, headline_metrics(metrics, datasets, methods, cells, least), cells,
                             {d: example_values(recs, scorers, view) for d, (recs, scorers) in pooled.items()},
                             least, stats),
         times=time_rows(jobs))
