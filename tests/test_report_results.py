@@ -243,3 +243,20 @@ def test_a_cell_renders_alike_everywhere():
     assert markdown(table)[2] == "| x | **0.1 [0.0, 0.2]** (x better) |"
     assert "<td><b>0.1 <span class=\"ci\">[0.0, 0.2]</span></b> (x better)</td>" in html(table)
     assert csv_text(table).splitlines()[1] == 'x,"0.1 [0.0, 0.2] (x better)"'
+
+
+def test_a_headline_column_only_one_method_was_scored_on_is_left_to_pairs_md():
+    """Gold's faith lane predates the common sets: only FlashTrace has a RISE@nonstop figure there. A column that
+    compares fewer than two rows on every task is not a headline column (nor a controls check); one that compares
+    two is, and the metrics outside HEADLINE_KEYS never are."""
+    from ctxbench.reporting.aggregate import headline_metrics
+
+    metrics = [{"key": k, "label": k, "higher_is_better": False} for k in ("RISE", "RISE@all", "RISE@nonstop")]
+    fig = {"mean": 0.2, "n": 20}
+    cells = {("t", "flash"): {"method": "flash", "stats": {"RISE": fig, "RISE@all": fig, "RISE@nonstop": fig}},
+             ("t", "ifr"): {"method": "ifr", "stats": {"RISE": fig, "RISE@all": fig}},
+             ("u", "ifr"): {"method": "ifr", "stats": {"RISE@nonstop": fig}}}
+    got = headline_metrics(metrics, ["t", "u"], ["flash", "ifr"], cells, MinExamples(10))
+    assert [m["key"] for m in got] == ["RISE@all"]
+    # under a report's minimum the second row does not count
+    assert headline_metrics(metrics, ["t"], ["flash", "ifr"], cells, MinExamples(30)) == metrics[1:]
