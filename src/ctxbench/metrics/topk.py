@@ -2,7 +2,8 @@
 scores highest are removed (``source_ablation``: the prompt's sentences, deleted); higher is better, in nats per
 target token.
 
-A source's score is the sum of the method's prompt weights over its tokens; the sources are ranked by it, highest
+A source's score is the sum of the method's prompt weights over its tokens (or the method's own rule, as for the
+``random`` and ``length`` controls: ``AttributionResult.source_scores``); the sources are ranked by it, highest
 first, the earlier one on a tie. ``drop@k = (log p(target | all sources) - log p(target | all but the top k)) / n``
 for each k in ``ks``, n the target's token count (None where the example has fewer than k sources): the mean drop
 per target token, so that answers of 10 and 48 tokens, and tasks and variants, are on one scale. The removal is whole
