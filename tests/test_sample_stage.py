@@ -263,3 +263,28 @@ def test_a_multirun_over_dataset_model_and_retriever_writes_one_cache_per_combin
             assert _ids(samples / model / retriever / "morehopqa.jsonl") == [ROWS[i]["_id"] for i in (0, 3)]
             assert _ids(samples / model / retriever / "niah_single_1.jsonl") == []
     assert len(list((tmp_path / "multirun").glob("*/funnel.json"))) == 8
+
+
+def test_a_cache_recorded_before_a_setting_existed_reads_it_at_its_default(tmp_path):
+    """The Table-1 caches were recorded before model.tokenizer and three BM25 settings existed: a rerun with those
+    at their defaults (or unset) finds the same settings; a new setting away from its default, or a recorded one
+    changed, is refused naming it."""
+    from ctxbench.retrievers.bm25 import BM25Retriever
+    from ctxbench.sampling.cache import check_config
+    from ctxbench.core.cache_record import config_path
+
+    now = json.loads(json.dumps({"model": {"name": "m", "tokenizer": None},
+                                 "retriever": BM25Retriever(ice_num=4).settings()}, default=str))
+    then = json.loads(json.dumps(now))
+    del then["model"]["tokenizer"]
+    for key in ("tokenizer", "epsilon", "ties"):
+        del then["retriever"][key]
+    cache = tmp_path / "t.jsonl"
+    config_path(cache).write_text(json.dumps(then))
+    check_config(cache, now)  # nothing refused, nothing rewritten
+    assert json.loads(config_path(cache).read_text()) == then
+    for changed, key in ((dict(now, retriever={**now["retriever"], "epsilon": 0.5}), "retriever.epsilon"),
+                         (dict(now, model={**now["model"], "tokenizer": "gpt2"}), "model.tokenizer"),
+                         (dict(now, retriever={**now["retriever"], "k1": 1.2}), "retriever.k1")):
+        with pytest.raises(DataError, match=rf"made with other settings \({key}\)"):
+            check_config(cache, changed)

@@ -15,6 +15,7 @@ shards into ``<name>.jsonl`` in dataset order, refusing missing, unfinished or o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from ctxbench.core.errors import DataError
 from ctxbench.example import CachedExample, ExampleStore, read_examples
 from ctxbench.utils.files import atomic_write_text
 from ctxbench.core.jsonl import AppendOnlyJsonl, iter_jsonl
+from ctxbench.core.part import settings_of
 from ctxbench.core.shards import shard_path
 
 
@@ -41,12 +43,48 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+def field_defaults(target: str) -> dict[str, Any]:
+    """A part class's fields at their defaults, as ``settings()`` writes them ({} for a class that cannot be imported
+    here or is not a dataclass)."""
+    try:
+        from hydra.utils import get_class
+
+        cls = get_class(target)
+    except (ImportError, ValueError):
+        return {}
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = settings_of(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = settings_of(f.default_factory())
+    return out
+
+
+def as_recorded_then(old: Any, new: Any) -> Any:
+    """``old`` (a cache's settings record) with the keys added since it was written read as they behaved then: a
+    setting of a part the record lacks is that part's default, and an unset (None) setting it lacks is unset. Only
+    such keys are filled: a key the record has keeps its recorded value."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return old
+    target = new.get("_target_") if new.get("_target_") == old.get("_target_") else None
+    defaults = field_defaults(target) if isinstance(target, str) else {}
+    out = {k: as_recorded_then(v, new.get(k)) for k, v in old.items()}
+    for k, v in new.items():
+        if k not in out and (v is None or (k in defaults and defaults[k] == v)):
+            out[k] = v
+    return out
+
+
 def check_config(cache: Path, settings: dict[str, Any], record_new: bool = True) -> None:
     """Record ``settings`` for a new cache, or refuse to append to a cache made with other settings
-    (``record_new=False``: check only, write nothing)."""
+    (``record_new=False``: check only, write nothing). A record written before a setting existed reads it at its
+    default (``as_recorded_then``), as run_exp reads its results."""
     record = config_path(cache)
     if record.exists():
-        old = json.loads(record.read_text(encoding="utf-8"))
+        old = as_recorded_then(json.loads(record.read_text(encoding="utf-8")), settings)
         diff = _differences(old, settings)
         if diff:
             raise DataError(f"made with other settings ({', '.join(diff[:6])}); use another cache path "
