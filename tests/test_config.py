@@ -263,7 +263,7 @@ def test_quick_default_and_table1_bundle():
     assert (t1.dataset.name, t1.dataset.length, t1.max_examples, t1.prompt_format) == ("vt_h4_c1", 1024, 100, "table1")
     assert list(t1.attribution) == ["ifr_multi_hop_both", "ifr_multi_hop", "ft_attnlrp", "ifr_all_positions",
                                     "attention", "integrated_gradients", "attnlrp", "perturbation", "copy_match",
-                                    "position", "random"]
+                                    "position", "random", "length"]
 
 
 @pytest.mark.parametrize("override", ["dataset.lenght=1024", "model.dtpye=float32", "mode.faithfulness.stpes=3",

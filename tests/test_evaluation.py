@@ -102,7 +102,8 @@ def test_scorers_describe_their_metrics():
     """Labels come from the parameters; directions from the metric's meaning."""
     assert [(m.label, m.higher_is_better) for m in RecoveryScorer(fraction=0.05).metrics()] == [("Recall@5%", True)]
     assert [(m.label, m.higher_is_better) for m in FaithfulnessScorer().metrics()] == [
-        ("RISE", False), ("MAS", False), ("RISE+AP", False)]
+        ("RISE", False), ("MAS", False), ("RISE+AP", False), ("RISE@all", False), ("MAS@all", False),
+        ("RISE@nonstop", False), ("MAS@nonstop", False)]
     with pytest.raises(ValueError, match="fraction"):
         RecoveryScorer(fraction=1.5)
     with pytest.raises(ValueError, match="steps"):

@@ -185,6 +185,7 @@ PLANS: dict[str, Plan] = {
     "bash scripts/table1.sh cot_evidence sample": Plan(skip=TABLE1),
     "bash scripts/table1.sh cot_evidence faith": Plan(skip=TABLE1),
     "bash scripts/table1.sh cot_evidence controls": Plan(skip=TABLE1),
+    "bash scripts/table1.sh overview": Plan(skip=TABLE1),
     # Retrieval evaluation
     ".venv/bin/python exp/exp2/run_exp.py -m mode=retrieval dataset=wiki_demo dataset.n_docs=2000 "
     "dataset.n_queries=200 retriever=dense,bm25,random": Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6")),

@@ -250,20 +250,23 @@ def test_report_command_page(tmp_path):
              ("niah_a", "m2"): {"runs_n": {3}, "Recall@10%": 0.25, "stats": {"Recall@10%": {
                  "mean": 0.25, "std": 0.1, "n": 3, "ci_low": 0.0, "ci_high": 0.5}}}}
     path = write_report_html(jobs, (["niah_a", "niah_b"], ["m1", "m2"], metrics, cells), tmp_path / "report",
-                             examples=1)
+                             examples=1, min_n=1)
     page = path.read_text()
     assert path == tmp_path / "report" / PAGE
     # laid out as table1.md: a row per task and method, a column per metric, the task's best mean in bold
-    assert ('<thead><tr><th>task (N)</th><th>method</th><th>Recall@10%</th></tr></thead><tbody>'
-            '<tr class="task-start"><th>niah_a (3)</th><th>m1</th><td class="best"><b>0.500</b></td></tr>'
-            '<tr><th></th><th>m2</th><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
-            '<tr class="task-start"><th>niah_b (4)</th><th>m1</th><td>–</td></tr></tbody>') in page
+    assert ('<thead><tr><th>task (N)</th><th>method</th><th>n</th><th>Recall@10%</th></tr></thead><tbody>'
+            '<tr class="task-start"><th>niah_a (3)</th><th>m1</th><td>3</td><td class="best"><b>0.500</b></td></tr>'
+            '<tr><th></th><th>m2</th><td>3</td><td>0.250 <span class="ci">[0.000, 0.500]</span></td></tr>'
+            '<tr class="task-start"><th>niah_b (4)</th><th>m1</th><td>–</td><td>–</td></tr></tbody>') in page
     md = "\n".join(markdown(table1_layout(["niah_a", "niah_b"], ["m1", "m2"], metrics, cells,
-                                          n_of=lambda d: {"niah_a": 3, "niah_b": 4}[d])))
-    assert md.splitlines()[2:] == ["| niah_a (3) | m1 | **0.500** |", "|  | m2 | 0.250 [0.000, 0.500] |",
-                                   "| niah_b (4) | m1 | – |"]  # the same rows as the page's
+                                          n_of=lambda d: {"niah_a": 3, "niah_b": 4}[d], min_n=1)))
+    assert md.splitlines()[2:] == ["| niah_a (3) | m1 | 3 | **0.500** |", "|  | m2 | 3 | 0.250 [0.000, 0.500] |",
+                                   "| niah_b (4) | m1 | – | – |"]  # the same rows as the page's
+    # at the report's default floor (10 examples) neither 3-example row is in the table
+    assert "<th>m2</th>" not in write_report_html(jobs, (["niah_a"], ["m1", "m2"], metrics, cells),
+                                                  tmp_path / "r3", examples=0).read_text()
     too_few = write_report_html(jobs, (["niah_a"], ["m1", "m2"], metrics, cells), tmp_path / "r2", examples=0,
-                                min_examples=5).read_text()
+                                min_examples=5, min_n=1).read_text()
     assert "<td>too few (3)</td>" in too_few and 'class="best"' not in too_few
     dom = Dom(page)
     assert [e["attrs"]["id"] for e in dom.elements if e["attrs"].get("class") == "example"] == ["j0ex0", "j1ex0"]
@@ -351,7 +354,8 @@ def test_report_page_figures_in_chromium(tmp_path):
     sets = {("niah_a", "m1"): {"RISE": 0.1, "RISE@all": 0.5, "RISE@nonstop": 0.1},
             ("niah_a", "m2"): {"RISE": 0.3, "RISE@all": 0.2, "RISE@nonstop": 0.2}}
     assert deletion_set_chart("niah_a", ["m1", "m2"], sets, tmp_path / "report" / "figures").name == "niah_a.sets.png"
-    path = write_report_html(jobs, (["niah_a"], ["m1", "copy_match"], metrics, cells), tmp_path / "report", 0)
+    path = write_report_html(jobs, (["niah_a"], ["m1", "copy_match"], metrics, cells), tmp_path / "report", 0,
+                             min_n=1)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:

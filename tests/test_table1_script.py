@@ -29,12 +29,13 @@ def _lane(tmp_path, lane, *overrides, variant="gold", tasks="niah_mq_q2"):
                PYTHON=sys.executable,
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))))
     # the script runs in the project root (paths.root=.): every folder a lane reads or writes is given here
-    short = [] if lane == "report" else [f"paths.data_dir={tmp_path / 'data'}", f"paths.model_cache_dir={CACHE_DIR}"]
+    short = [] if lane in ("report", "overview") else [f"paths.data_dir={tmp_path / 'data'}",
+                                                        f"paths.model_cache_dir={CACHE_DIR}"]
     # the gold lanes run at 256 tokens here to save time (perturbation's leave-one-sentence-out passes: 56 s of the
     # faith lane's 108 at 512), on 2 generated rows (rows are made one by one: the first of 500 is the same row); a
     # CoT variant's lanes at the sampling stage's 1,024 (its caches are made at that length) with a samples_dir of
     # its own
-    if lane != "report" and variant == "gold":
+    if lane not in ("report", "overview") and variant == "gold":
         short += ["length=256", "dataset.num_samples=2", f"paths.samples_dir={tmp_path / 'samples'}"]
     return subprocess.run(["bash", str(SCRIPT), variant, lane, *short, *overrides], env=env, capture_output=True,
                           text=True, timeout=900)
@@ -47,8 +48,8 @@ def _records(tmp_path, lane):
 def test_unknown_lane_is_one_line(tmp_path):
     out = _lane(tmp_path, "tables")
     assert out.returncode == 2
-    assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' (sample | faith | ig | controls | "
-                                  "controls_faith | lds | rec | report | compare | families)")
+    assert out.stderr.strip() == ("error: scripts/table1.sh: unknown lane 'tables' (sample | faith | faith_common | ig "
+                                  "| controls | controls_faith | lds | rec | report | compare | overview | families)")
 
 
 def test_a_cot_lane_without_its_caches_is_refused(tmp_path):
@@ -66,8 +67,8 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     ig = ["attribution.integrated_gradients.ig_steps=2", steps]
     lds = ["attribution=[ifr_multi_hop_both,copy_match,context_cite]", "attribution.context_cite.n_ablations=6",
            "mode.lds.n_masks=4"]
-    for lane, extra in [("rec", []), ("faith", [steps]), ("ig", ig), ("controls", []), ("controls_faith", [steps]),
-                        ("lds", lds)]:
+    for lane, extra in [("rec", []), ("faith", [steps]), ("faith_common", [steps]), ("ig", ig), ("controls", []),
+                        ("controls_faith", [steps]), ("lds", lds)]:
         out = _lane(tmp_path, lane, *extra, tasks=GOLD_TASK)
         assert out.returncode == 0, out.stderr[-3000:]
     rec1, rec, faith, ig = (_records(tmp_path, lane) for lane in ("rec_h1", "rec_h3", "faith_rec", "ig"))
@@ -86,23 +87,30 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert _records(tmp_path, "rec_h3") == rec
 
-    out = _lane(tmp_path, "report", tasks=GOLD_TASK)
+    out = _lane(tmp_path, "report", "stats.min_n=1", tasks=GOLD_TASK)  # one example: intervals from n=1 here
     assert out.returncode == 0, out.stderr[-3000:]
     saved = json.loads((tmp_path / "runs" / "report" / "table1.json").read_text())
     cells = {c["method"]: c for c in saved["cells"] if c["dataset"] == GOLD_TASK}
     assert sorted(cells) == sorted(SEVEN + ["integrated_gradients", "ifr_multi_hop_both (hops=3)", "copy_match",
-                                            "position", "random", "context_cite"])
+                                            "position", "random", "length", "context_cite"])
     # FlashTrace's recall is the hops=1 stop-token lane's (prefer_later); hops=3 a row of its own; its faithfulness
-    # the faith lane's
-    flash = next(r for r in faith if r["method"] == "ifr_multi_hop_both")
+    # the faith_common lane's, its own set and both common sets (the gold faith lane scores no common set)
+    (flash,) = _records(tmp_path, "faith_common")
+    assert flash["method"] == "ifr_multi_hop_both" and set(flash["faithfulness"]["row"]["common"]) == {"all", "nonstop"}
     figures = cells["ifr_multi_hop_both"]["figures"]
     assert figures["Recall@10%"]["mean"] == pytest.approx(rec1[0]["recovery"]["row"])
     assert cells["ifr_multi_hop_both (hops=3)"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
         rec[0]["recovery"]["row"])
     assert figures["RISE"]["mean"] == pytest.approx(flash["faithfulness"]["row"]["RISE"])
+    assert figures["RISE@all"]["mean"] == pytest.approx(flash["faithfulness"]["row"]["common"]["all"]["RISE"])
+    # every other method's own set is `all`: its RISE@all is its main figure
+    attention = next(r for r in faith if r["method"] == "attention")
+    assert cells["attention"]["figures"]["RISE@all"]["mean"] == pytest.approx(
+        attention["faithfulness"]["row"]["RISE"])
     # the controls' lane gives their recall rows, the LDS lane every method's LDS column
     controls = {r["method"]: r for r in _records(tmp_path, "controls")}
-    assert sorted(controls) == ["copy_match", "position", "random"] and "faithfulness" not in controls["random"]
+    assert sorted(controls) == ["copy_match", "length", "position", "random"]
+    assert "faithfulness" not in controls["random"]
     assert cells["copy_match"]["figures"]["Recall@10%"]["mean"] == pytest.approx(
         controls["copy_match"]["recovery"]["row"])
     faith_controls = {r["method"]: r for r in _records(tmp_path, "controls_faith")}
@@ -113,6 +121,11 @@ def test_lanes_resume_and_join_in_the_report(tmp_path):
     # ContextCite's LDS is a held-out fit of the quantity LDS measures: the page says so above its tables
     assert "\nLDS and ContextCite: context_cite fits its sentence weights by regression" in \
         (tmp_path / "runs" / "report" / "table1.md").read_text()
+    # the overview renders the report's orders from its table1.json
+    out = _lane(tmp_path, "overview")
+    assert out.returncode == 0, out.stderr[-3000:]
+    page = (tmp_path / "runs" / "overview" / "overview.md").read_text()
+    assert "`" + str(tmp_path / "runs" / "report") + "`" in page and "| Recall@10% | " in page
 
 
 @pytest.mark.slow

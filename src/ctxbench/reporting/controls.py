@@ -70,31 +70,8 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
     rows, tests, ranked = [], [], []
     for d in datasets:
         for m in metrics:
-            label, up = m["label"], m["higher_is_better"]
-
-            means = {me: st["mean"] for me in methods if (st := least.ranked(cells.get((d, me)), label)) is not None}
-            best = [(me, x) for me, x in means.items() if not is_control(me)]
-            controls = [me for me in means if is_control(me)]
-            row = {"dataset": d, "metric": label, "higher_is_better": up, "best": None, "best_mean": None,
-                   "controls": [], "control": None, "informative": None, "beaten": [], "methods": len(best),
-                   "min_paired": min_paired}
-            if best:
-                row["best"], row["best_mean"] = (max if up else min)(best, key=lambda t: t[1])
-            per = values.get(d, {}).get(label, {})
-            for c in controls if row["best"] else []:
-                comp = paired_comparison(per.get(c, {}), per.get(row["best"], {}), higher_is_better=up,
-                                         n_resamples=stats.n_resamples, level=stats.level, seed=stats.seed)
-                if comp["n"] == 0:
-                    continue  # no example both scored (or no results.jsonl): nothing to test
-                entry = {"control": c, "mean": means[c], "n": comp["n"], "diff": comp["diff"],
-                         "ci_low": comp["ci_low"], "ci_high": comp["ci_high"], "p_value": None, "p_holm": None,
-                         "above": sum((x < means[c]) if up else (x > means[c]) for _, x in best),
-                         "too_few": comp["n"] < min_paired, "significantly_better": False,
-                         "at_least_as_good": False}
-                if not entry["too_few"]:
-                    entry["p_value"] = comp["p_value"]
-                    tests.append((entry, comp))
-                row["controls"].append(entry)
+            row, best = _metric_row(d, m, methods, cells, values.get(d, {}).get(m["label"], {}), least, stats,
+                                    min_paired, tests)
             rows.append(row)
             ranked.append(best)
     for (entry, comp), p in zip(tests, holm([comp["p_value"] for _, comp in tests])):
@@ -105,16 +82,51 @@ def control_rows(datasets: Sequence[str], methods: Sequence[str], metrics: Seque
         entry["at_least_as_good"] = not (significant and comp["better"] == "b")
     for row, best in zip(rows, ranked):
         row["holm_family"] = len(tests)
-        up = row["higher_is_better"]
-        tested = [c for c in row["controls"] if not c["too_few"]]
-        if tested:
-            strongest = max(tested, key=lambda c: (c["significantly_better"], c["at_least_as_good"],
-                                                   c["mean"] if up else -c["mean"]))
-            row["control"] = strongest["control"]
-            row["informative"] = not any(c["at_least_as_good"] for c in tested)
-            # the methods whose mean the strongest control beats: what a reader of the table should not quote
-            row["beaten"] = [me for me, x in best if (x < strongest["mean"] if up else x > strongest["mean"])]
+        _judge(row, best)
     return rows
+
+
+def _metric_row(d: str, m: Mapping[str, Any], methods: Sequence[str], cells: Mapping[tuple[str, str], dict],
+                per: Mapping[str, dict], least: MinExamples, stats: StatsSettings, min_paired: int,
+                tests: list) -> tuple[dict[str, Any], list]:
+    """One task and metric's row with its controls' entries (untested yet: their pairs are added to ``tests``, the
+    family Holm corrects), and the ranked methods ``(method, mean)``."""
+    label, up = m["label"], m["higher_is_better"]
+    means = {me: st["mean"] for me in methods if (st := least.ranked(cells.get((d, me)), label)) is not None}
+    best = [(me, x) for me, x in means.items() if not is_control(me)]
+    row = {"dataset": d, "metric": label, "higher_is_better": up, "best": None, "best_mean": None,
+           "controls": [], "control": None, "informative": None, "beaten": [], "methods": len(best),
+           "min_paired": min_paired}
+    if not best:
+        return row, best
+    row["best"], row["best_mean"] = (max if up else min)(best, key=lambda t: t[1])
+    for c in (me for me in means if is_control(me)):
+        comp = paired_comparison(per.get(c, {}), per.get(row["best"], {}), higher_is_better=up,
+                                 n_resamples=stats.n_resamples, level=stats.level, seed=stats.seed)
+        if comp["n"] == 0:
+            continue  # no example both scored (or no results.jsonl): nothing to test
+        entry = {"control": c, "mean": means[c], "n": comp["n"], "diff": comp["diff"],
+                 "ci_low": comp["ci_low"], "ci_high": comp["ci_high"], "p_value": None, "p_holm": None,
+                 "above": sum((x < means[c]) if up else (x > means[c]) for _, x in best),
+                 "too_few": comp["n"] < min_paired, "significantly_better": False, "at_least_as_good": False}
+        if not entry["too_few"]:
+            entry["p_value"] = comp["p_value"]
+            tests.append((entry, comp))
+        row["controls"].append(entry)
+    return row, best
+
+
+def _judge(row: dict[str, Any], best: list) -> None:
+    """The row's strongest tested control, whether the metric is informative, and the methods it beats."""
+    up = row["higher_is_better"]
+    tested = [c for c in row["controls"] if not c["too_few"]]
+    if tested:
+        strongest = max(tested, key=lambda c: (c["significantly_better"], c["at_least_as_good"],
+                                               c["mean"] if up else -c["mean"]))
+        row["control"] = strongest["control"]
+        row["informative"] = not any(c["at_least_as_good"] for c in tested)
+        # the methods whose mean the strongest control beats: what a reader of the table should not quote
+        row["beaten"] = [me for me, x in best if (x < strongest["mean"] if up else x > strongest["mean"])]
 
 
 def _significant(comp: Mapping[str, Any], p_holm: Optional[float], level: float) -> bool:

@@ -26,8 +26,8 @@ from ctxbench.reporting.aggregate import FIGURES, table1_layout
 from ctxbench.reporting.controls import marks
 from ctxbench.reporting.heatmap import MAX_TOKENS, TOP_K, WINDOW, shades, shown_positions, top_tokens
 from ctxbench.reporting.render import render_page
-from ctxbench.reporting.results_table import (MinExamples, Table, comparison_tables, rows_from_summary, summary_tables,
-                                              view_label)
+from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, comparison_tables, rows_from_summary,
+                                              summary_tables, view_label)
 from ctxbench.jobs.results import JobFiles, unfinished_note
 
 DATA_DIR = "heatmap_data"
@@ -192,9 +192,11 @@ def write_run_html(job_dir: str | Path, title: str, examples: int) -> Path:
 
 
 def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples: int,
-                      caption: Optional[str] = None, min_examples: int | MinExamples = 0) -> Path:
+                      caption: Optional[str] = None, min_examples: int | MinExamples = 0,
+                      min_n: int = MIN_STATS) -> Path:
     """``<output_dir>/report.html``: ``caption`` (what the table explains), the Table-1 layout (``aggregate.table1``'s
-    result), then one folding section per job (``JobRun``) with its tables, figures and first ``examples`` heat maps."""
+    result; no row on fewer than ``min_n`` examples, as in table1.md), then one folding section per job (``JobRun``)
+    with its tables, figures and first ``examples`` heat maps."""
     sections, data = [], {}
     for n, job in enumerate(jobs):
         body, d = job_body(job.path, job.summary, examples, f"j{n}")
@@ -204,7 +206,7 @@ def write_report_html(jobs: list, table: tuple, output_dir: str | Path, examples
     # the controls' marks as table1.md has them (write_table1 puts its control checks in table1.json first)
     saved = Path(output_dir) / "table1.json"
     checks = (json.loads(saved.read_text(encoding="utf-8")).get("controls") or []) if saved.exists() else []
-    layout = table1_layout(*table, min_examples, marked=marks(checks))
+    layout = table1_layout(*table, min_examples, marked=marks(checks), min_n=min_n)
     charts = figures(Path(output_dir) / FIGURES)  # one per task, written beside table1.md
     return atomic_write_text(Path(output_dir) / PAGE, page(f"ctxbench report: {len(jobs)} runs", sections, data,
                                                            caption, layout, charts))

@@ -144,7 +144,8 @@ def report_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         log.info("%d runs -> %s, %s", len(jobs), shown(md_path), shown(csv_path))
         out.update(markdown=str(md_path), csv=str(csv_path))
         if rc.html:
-            out["html"] = str(write_report_html(jobs, table, output_dir, rc.heatmaps, rc.caption, least))
+            out["html"] = str(write_report_html(jobs, table, output_dir, rc.heatmaps, rc.caption, least,
+                                                rc.stats.min_n))
             log.info("-> %s", shown(out["html"]))
     if retrieval:
         accept_job()
