@@ -392,7 +392,8 @@ def test_run_and_report_commands_write_the_page(tmp_path):
             f"paths.samples_dir={tmp_path / 'cache'}", "dataset=niah_mq_q2", "length=512", "dataset.num_samples=1",
             "max_examples=1", "progress=false", "attribution=[ifr_multi_hop,attention]", "mode=[recovery]",
             "views=[seq,row]", "heatmaps=1"])
-        report_cfg = compose(config_name="report", overrides=[f"runs=[{job}]", "heatmaps=1"])
+        # one example: its row in the table only with the floor at 1 (stats.min_n: no row on fewer examples)
+        report_cfg = compose(config_name="report", overrides=[f"runs=[{job}]", "heatmaps=1", "stats.min_n=1"])
     run_stage(cfg, job)
     page = (job / PAGE).read_text()
     dom = Dom(page)
