@@ -46,11 +46,16 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     from ctxbench.reporting.aggregate import write_table1
     from ctxbench.jobs.results import find_jobs
 
-    written = write_table1(find_jobs([out]), tmp_path / "report")
-    assert "| method | RISE ↓ | MAS ↓ | Recall@10% ↑ |" in written[2] and "### niah_mq_q2 (N=4)" in written[2]
+    from ctxbench.metrics.stats import StatsSettings
+
+    written = write_table1(find_jobs([out]), tmp_path / "report", stats=StatsSettings(min_n=1))  # 4 examples
+    # the headline under one deletion set (FlashTrace alone under nonstop: that column stays in pairs.md)
+    assert "| method | n | RISE@all ↓ | MAS@all ↓ | Recall@10% ↑ |" in written[2]
+    assert "### niah_mq_q2 (4 examples)" in written[2]
     table = whole_report(written)
-    assert "| task (N) | method | RISE ↓ | MAS ↓ | RISE+AP ↓ | Recall@10% ↑ |" in table
-    assert "| niah_mq_q2 (4) | ifr_multi_hop |" in table and "|  | ifr_multi_hop_both |" in table
+    assert "| task (N) | method | n | RISE ↓ | MAS ↓ | RISE+AP ↓ | RISE@all ↓ | MAS@all ↓ | RISE@nonstop ↓ | " \
+           "MAS@nonstop ↓ | Recall@10% ↑ |" in table
+    assert "| niah_mq_q2 (4) | ifr_multi_hop | 4 |" in table and "|  | ifr_multi_hop_both | 4 |" in table
     assert "\n### niah_mq_q2\n" in table  # the paired comparisons, recomputed from results.jsonl
     # Rerun in the same dir: nothing recomputed, same summary.
     before = (out / RESULTS).read_bytes()
@@ -127,10 +132,12 @@ def test_a_mode_from_outside_the_library(tmp_path):
     from ctxbench.reporting.aggregate import write_table1
     from ctxbench.jobs.results import find_jobs
 
-    written = write_table1(find_jobs([out]), tmp_path / "report")
-    assert "| method | mass x100 |" in written[2]  # a mode's own metric heads the task's table
+    from ctxbench.metrics.stats import StatsSettings
+
+    written = write_table1(find_jobs([out]), tmp_path / "report", stats=StatsSettings(min_n=1))  # 2 examples
+    assert "| method | n | mass x100 |" in written[2]  # a mode's own metric heads the task's table
     table = whole_report(written)
-    assert "| task (N) | method | mass x100 |" in table and "ifr_multi_hop |" in table
+    assert "| task (N) | method | n | mass x100 |" in table and "ifr_multi_hop | 2 |" in table
 
 
 def test_a_second_run_of_a_job_still_loading_is_refused_before_it_changes_the_folder(tmp_path):

@@ -355,9 +355,16 @@ class FaithfulnessScorer(Scorer):
                     f"{self.batch_size} deletion passes at a time and their logits over {shape.vocab:,} tokens")
 
     def metrics(self) -> list[Metric]:
+        return self._metrics(COMMON_SETS)
+
+    def csv_metrics(self) -> list[Metric]:
+        # FlashTrace's columns, then the common sets this run scored (a method's own set alone adds nothing new)
+        return self._metrics(self.common_sets)
+
+    @staticmethod
+    def _metrics(sets) -> list[Metric]:
         return [Metric(m, m, higher_is_better=False) for m in METRIC_NAMES] + [
-            Metric(common_key(m, c), common_key(m, c), higher_is_better=False)
-            for c in COMMON_SETS for m in COMMON_METRICS]
+            Metric(common_key(m, c), common_key(m, c), higher_is_better=False) for c in sets for m in COMMON_METRICS]
 
     def score(self, model, tokenizer, prepared, result, weights):
         mi = prepared.model_input

@@ -55,6 +55,10 @@ class Scorer(Part, ABC):
     def metrics(self) -> list[Metric]:
         ...
 
+    def csv_metrics(self) -> list[Metric]:
+        """The columns of the mode's per-method CSV in FlashTrace's layout (``reporting.tables``): every metric."""
+        return self.metrics()
+
     def check(self, examples: list, dataset: str) -> None:
         """Raise ``ExampleRefused`` when the data cannot be scored at all (called before the model is loaded)."""
 

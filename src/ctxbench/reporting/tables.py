@@ -23,11 +23,7 @@ def mode_csv_rows(scorer: Scorer, summary: dict[str, Any], views: list[str]) -> 
     """FlashTrace's per-method CSV of one mode: a header of metric labels, ``<View> Attr <csv_label> Mean`` rows,
     then the ``<csv_std_label>`` rows, (recovery: the examples used and skipped,) then the average attribution
     time."""
-    agg = summary[scorer.name]
-    # a column no view has a figure of (a deletion set the method was not scored under) is left out: FlashTrace's
-    # layout when there is nothing more
-    metrics = [m for m in scorer.metrics() if any(agg[v][m.key]["mean"] is not None for v in views)] or \
-        scorer.metrics()
+    agg, metrics = summary[scorer.name], scorer.csv_metrics()
     recovery = isinstance(scorer, RecoveryScorer)
     # FlashTrace heads its recovery column "Recovery@10%"
     rows = [["Method", *[f"Recovery@{scorer.fraction * 100:g}%" if recovery else m.label for m in metrics]]]
