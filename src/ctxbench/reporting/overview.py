@@ -17,7 +17,7 @@ from ctxbench.reporting.results_table import MIN_STATS, text_table
 # The headline metrics, in the order the overview lists them: one protocol per column (the common deletion sets), then
 # the set-free metrics; a report that did not score one leaves it out.
 OVERVIEW_METRICS = ("RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "Recall@10%", "LDS", "Drop@1 (nats/token)",
-                    "Drop@3 (nats/token)")
+                    "Drop@3 (nats/token)", "Drop@5 (nats/token)")
 
 
 def _name(t: dict, folder: str) -> str:
@@ -64,12 +64,13 @@ def _order_text(order: Sequence[dict]) -> str:
 
 
 def task_rows(t: dict) -> list[list[str]]:
-    """One row per task and headline metric of a report: the task, its n, the metric, the order, the check."""
+    """One row per task and headline metric that ranks two or more rows: the task, its n, the metric, the order, the
+    check."""
     rows = []
     for task in t["datasets"]:
         for label in (m for m in OVERVIEW_METRICS if any(x["label"] == m for x in t["metrics"])):
             order = metric_order(t, task, label)
-            if not order:
+            if len(order) < 2:  # nothing compared (gold's nonstop set: FlashTrace alone)
                 continue
             ns = sorted({r["n"] for r in order})
             rows.append([task, "/".join(map(str, ns)), label, _order_text(order), check_text(t, task, label)])
