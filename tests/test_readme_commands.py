@@ -188,7 +188,9 @@ PLANS: dict[str, Plan] = {
     "bash scripts/table1.sh overview": Plan(skip=TABLE1),
     # Retrieval evaluation
     ".venv/bin/python exp/exp2/run_exp.py -m mode=retrieval dataset=wiki_demo dataset.n_docs=2000 "
-    "dataset.n_queries=200 retriever=dense,bm25,random": Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6")),
+    "dataset.n_queries=200 retriever=dense,bm25,random "
+    "'mode.retrieval.eval_metrics=[ndcg_at_10,map_at_10,recall_at_10,precision_at_10,mrr_at_10]'":
+        Plan(shrink=("dataset.n_docs=60", "dataset.n_queries=6")),
     ".venv/bin/python exp/exp2/run_exp.py mode=retrieval dataset=niah_single_1 retriever=bm25": Plan(),
     # Scale-out
     ".venv/bin/python exp/exp2/run_exp.py -m dataset=niah_mq_q2,vt_h2_c3 logger=mlflow": Plan(dry=True, check=_tracked),
