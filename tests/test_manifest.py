@@ -71,3 +71,22 @@ def test_a_run_rewriting_its_own_committed_results_is_not_dirty(tmp_path):
     (root / "src" / "a.py").write_text("x = 2\n")  # a source change always counts, and is named
     m = build_manifest({}, stage="run_exp", root=root, output_dir=lane)["git"]
     assert m["dirty"] is True and m["modified"] == ["src/a.py"]
+
+
+def test_files_are_written_readable_as_open_would_make_them(tmp_path):
+    """Every file the stages write goes through utils.files.atomic_write, whose temporary file is private (0600);
+    the file put in place has the mode open() gives under the process's umask (manifest.json read 0600 before)."""
+    import os
+    import stat
+
+    from ctxbench.utils.files import atomic_write_text
+
+    old = os.umask(0o027)
+    try:
+        path = atomic_write_text(tmp_path / "manifest.json", "{}\n")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+        with open(tmp_path / "plain.txt", "w") as fp:  # the reference: what open() makes
+            fp.write("x")
+        assert stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == stat.S_IMODE(path.stat().st_mode)
+    finally:
+        os.umask(old)

@@ -353,7 +353,8 @@ def _kept(results: AppendOnlyJsonl, examples, methods: list[str], path: Path) ->
     done = [sum(f"{m}|{e.example_id}" in results for m in methods) for e in examples]
     whole, partial = sum(d == len(methods) for d in done), sum(d for d in done if d < len(methods))
     more = f" (and {partial} method result{'s' * (partial != 1)} of unfinished examples)" if partial else ""
-    return f"{whole} of {len(examples)} examples × {len(methods)} methods kept{more} in {shown(path)}"
+    return (f"{whole} of {len(examples)} examples × {len(methods)} method{'s' * (len(methods) != 1)} kept{more} in "
+            f"{shown(path)}")
 
 
 def _decoded(tok, prepared) -> tuple[list[str], list[str]]:

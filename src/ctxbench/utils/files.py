@@ -23,11 +23,19 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's file is private (0600): give it what open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def safe_filename(name) -> str:
