@@ -152,3 +152,22 @@ def test_estimates_hold_the_measured_peak_on_gemma3(method):
     ratio = measured_over_estimate("gemma3", method, 2048, 64)
     print(f"\n{method}: measured / estimate {ratio:.2f}")
     assert BAND[0] < ratio < BAND[1]
+
+
+def test_an_input_past_the_models_positions_is_refused_naming_both_numbers():
+    """length=100000 on a model of 8,192 positions used to start attributing a 99,999-token example: the run stage
+    refuses before the first example, in one line with both numbers (the tiny Llama has 256 positions)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ctxbench.stages.run import check_context
+
+    model = tiny_model("llama")
+    assert model.config.max_position_embeddings == 256
+    fits = [("a", SimpleNamespace(input_ids=torch.zeros(256, dtype=torch.long)))]
+    check_context(model, fits, 200)
+    long = fits + [("b", SimpleNamespace(input_ids=torch.zeros(300, dtype=torch.long)))]
+    with pytest.raises(ConfigError, match=r"^length=290: example b is 300 tokens with its generation, more than the "
+                                          r"model's 256 positions \(config.max_position_embeddings\)"):
+        check_context(model, long, 290)

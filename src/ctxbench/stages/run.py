@@ -266,7 +266,9 @@ def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tupl
         except ExampleRefused as exc:
             refused.append((ex.example_id, str(exc)))
             log.warning("skipped: %s", exc)
-    if plan.cfg.memory_check and model is not None and not is_endpoint(model):  # before the first example
+    if model is not None and not is_endpoint(model):  # before the first example
+        check_context(model, [(ex.example_id, p.model_input) for ex, p in ready], plan.cfg.length)
+    if plan.cfg.memory_check and model is not None and not is_endpoint(model):
         _check_memory(model, [p.model_input for _, p in ready],
                       {m: methods[m] for m in methods if any(m in todo[ex.example_id] for ex, _ in ready)},
                       plan.scorers, plan.cfg.memory_budget_gib)
@@ -328,6 +330,20 @@ def _finish(plan: RunPlan, refused: list[tuple[str, str]]) -> dict:
     if plan.cfg.html:
         write_run_html(plan.output_dir, title, plan.cfg.heatmaps)
     return summary
+
+
+def check_context(model, inputs: list, length: Any = None) -> None:
+    """Refuse, in one line naming both numbers, an input longer than the model's positions
+    (``config.max_position_embeddings``): a model past its context explains nothing it was trained to read."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not limit or not inputs:
+        return
+    example_id, mi = max(inputs, key=lambda t: int(t[1].input_ids.numel()))
+    T = int(mi.input_ids.numel())
+    if T > int(limit):
+        raise ConfigError(f"length={length}: example {example_id} is {T:,} tokens with its generation, more than the "
+                          f"model's {int(limit):,} positions (config.max_position_embeddings); use length<={limit} "
+                          f"less the prompt template and the generation")
 
 
 def _check_memory(model, inputs: list, methods: dict[str, Attributor], scorers: dict,
