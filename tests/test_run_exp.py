@@ -154,3 +154,16 @@ def test_a_second_run_of_a_job_still_loading_is_refused_before_it_changes_the_fo
         assert sorted(p.name for p in out.iterdir()) == [f"{RESULTS}.lock"]
     finally:
         let_go(first)
+
+
+def test_a_resumed_run_says_what_it_resumes_partial_examples_included():
+    """After a kill mid-example the rerun skips the methods already written; it says so even when no example is whole
+    yet (it used to say nothing then)."""
+    from ctxbench.stages.run import resume_line
+
+    assert resume_line(20, 3, [3] * 20) is None  # a fresh run
+    assert resume_line(20, 3, [3] * 15) == "resuming: 5 of 20 examples already scored"
+    assert resume_line(20, 3, [1] + [3] * 19) == ("resuming: 0 of 20 examples already scored, and 2 method results "
+                                                  "of 1 unfinished example (those methods are not run again)")
+    assert resume_line(4, 2, [1, 1]).endswith("and 2 method results of 2 unfinished examples (those methods are not "
+                                              "run again)")

@@ -257,8 +257,9 @@ def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tupl
     on_interrupt(lambda: _kept(results, examples, list(methods), results.path))
     todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
     todo = {k: v for k, v in todo.items() if v}
-    if len(todo) < len(examples):
-        log.info("resuming: %d of %d examples already scored", len(examples) - len(todo), len(examples))
+    said = resume_line(len(examples), len(methods), [len(v) for v in todo.values()])
+    if said:
+        log.info(said)
     ready, refused = [], []
     for ex in (e for e in examples if e.example_id in todo):
         try:
@@ -362,6 +363,20 @@ def _check_memory(model, inputs: list, methods: dict[str, Attributor], scorers: 
     else:
         free, where = int(budget_gib * GIB), "memory_budget_gib"
     check_fits(needs, T, G, free, where)
+
+
+def resume_line(n_examples: int, n_methods: int, pending: list[int]) -> Optional[str]:
+    """What a rerun finds already scored (``pending``: the methods left of each example with any left), None when it
+    starts afresh: whole examples, and the method results of examples a stop cut short (a kill mid-example)."""
+    whole = n_examples - len(pending)
+    partial = [n_methods - p for p in pending if p < n_methods]
+    if not whole and not partial:
+        return None
+    line = f"resuming: {whole} of {n_examples} examples already scored"
+    if partial:
+        line += (f", and {sum(partial)} method result{'s' * (sum(partial) != 1)} of {len(partial)} unfinished "
+                 f"example{'s' * (len(partial) != 1)} (those methods are not run again)")
+    return line
 
 
 def _kept(results: AppendOnlyJsonl, examples, methods: list[str], path: Path) -> str:
