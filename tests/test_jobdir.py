@@ -207,3 +207,24 @@ def test_progress_names_the_method_and_step_and_the_run_says_where_it_writes(tmp
     assert "[ctxbench.utils.progress]" not in out.stdout  # progress=false: no progress lines
     (sweep,) = (tmp_path / "outputs" / "multirun" / "run_exp").iterdir()
     assert f"(sweep folder outputs/multirun/run_exp/{sweep.name})" in out.stdout
+
+
+def test_the_line_that_ends_a_stopped_run_goes_into_its_log_too(tmp_path):
+    """A SIGTERM's or Ctrl-C's "terminated: ... resume: ..." line was printed but not written to run_exp.log: the job's
+    log now ends with it (the file handler alone, so the terminal shows it once)."""
+    import logging
+
+    from ctxbench.stages.jobdir import DeferredFileHandler, to_job_log
+
+    handler = DeferredFileHandler(tmp_path / "run_exp.log")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        handler.start()  # the job was accepted: its log is open
+        to_job_log("terminated: 3 of 5 examples × 2 methods kept in x; resume: python run_exp.py resume=x")
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    assert (tmp_path / "run_exp.log").read_text() == ("WARNING terminated: 3 of 5 examples × 2 methods kept in x; "
+                                                      "resume: python run_exp.py resume=x\n")

@@ -60,6 +60,15 @@ class DeferredFileHandler(logging.FileHandler):
         super().close()
 
 
+def to_job_log(message: str) -> None:
+    """``message`` into the job's log file alone (run_exp.log: the run's own record of how it ended; the terminal has
+    it once, on stderr)."""
+    record = logging.LogRecord(__name__, logging.WARNING, __file__, 0, message, None, None)
+    for h in logging.getLogger().handlers:
+        if isinstance(h, DeferredFileHandler):
+            h.handle(record)
+
+
 def _release_logs() -> None:
     for h in logging.getLogger().handlers:
         if isinstance(h, DeferredFileHandler):
@@ -154,6 +163,7 @@ class JobDir:
         else:
             kept = self.kept() if self.kept is not None else f"kept in {shown(self.path)}"
             msg = f"{what}: {kept}; resume: {resume_command(self.resume_dir or str(self.path))}"
+            to_job_log(msg)
         print(msg, file=sys.stderr, flush=True)
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
