@@ -228,3 +228,18 @@ def test_the_line_that_ends_a_stopped_run_goes_into_its_log_too(tmp_path):
         handler.close()
     assert (tmp_path / "run_exp.log").read_text() == ("WARNING terminated: 3 of 5 examples × 2 methods kept in x; "
                                                       "resume: python run_exp.py resume=x\n")
+
+
+def test_a_linked_interpreter_is_shown_as_the_link_inside_the_project(tmp_path, monkeypatch):
+    """A venv's python is a link to an interpreter outside the project: resume lines show `.venv/bin/python`, not an
+    absolute path naming this machine's folders (committed run logs carry them)."""
+    from ctxbench.stages.jobdir import shown
+
+    outside = tmp_path / "usr" / "python3"
+    outside.parent.mkdir()
+    outside.write_text("")
+    (tmp_path / "proj" / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "proj" / ".venv" / "bin" / "python").symlink_to(outside)
+    monkeypatch.chdir(tmp_path / "proj")
+    assert shown(tmp_path / "proj" / ".venv" / "bin" / "python") == ".venv/bin/python"
+    assert shown(outside) == str(outside)

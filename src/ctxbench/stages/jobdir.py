@@ -18,6 +18,7 @@ the command that resumes.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 import time
@@ -182,11 +183,15 @@ def on_interrupt(kept: Callable[[], str]) -> None:
 
 
 def shown(path: str | Path) -> str:
-    """A path relative to the working directory when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    """A path relative to the working directory when inside it, as given or with its links followed (the
+    interpreter of a venv, ``.venv/bin/python``, is a link to one outside it: shown as the venv's)."""
+    cwd = Path.cwd().resolve()
+    for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            return str(candidate.relative_to(cwd))
+        except ValueError:
+            continue
+    return str(path)
 
 
 # Hydra's grammar: what an override value may hold unquoted (OverrideLexer.g4: ID and UNQUOTED_CHAR)

@@ -25,7 +25,7 @@ from ctxbench.jobs.results import find_jobs
 from ctxbench.reporting.html import write_report_html
 from ctxbench.reporting.results_table import MinExamples
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
-from ctxbench.stages.jobdir import accept as accept_job
+from ctxbench.stages.jobdir import accept as accept_job, shown
 from ctxbench.stages.run_shards import merged_shard_runs
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,6 @@ def with_defaults(defaults: dict, config: dict) -> dict:
         d = defaults.get(k)
         out[k] = with_defaults(d, v) if isinstance(v, dict) and isinstance(d, dict) else v
     return out
-
-
-def shown(path: str | Path) -> str:
-    """A path as the log shows it: relative to the working directory when inside it (committed report logs then
-    name no machine's folders)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _reports(report_dirs: list[str]) -> list[tuple[str, dict]]:
