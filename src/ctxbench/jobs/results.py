@@ -19,6 +19,7 @@ refused).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -164,8 +165,14 @@ def own_deletion_set(config: dict, method: str) -> str:
     """The deletion set the faithfulness scorer used for ``method`` under its own protocol, from its class
     (``Attributor.deletion_set``; "all" for a class that cannot be imported)."""
     target = ((config.get("attribution") or {}).get(method) or {}).get("_target_")
+    return _class_deletion_set(target) if isinstance(target, str) else "all"
+
+
+@functools.lru_cache(maxsize=None)
+def _class_deletion_set(target: str) -> str:
+    # once per class, not per result line (a report reads thousands)
     try:
-        return getattr(get_class(target), "deletion_set", "all") if target else "all"
+        return getattr(get_class(target), "deletion_set", "all")
     except (ImportError, ValueError):  # a plugin's module no longer on the path
         return "all"
 
