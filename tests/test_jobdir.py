@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from helpers.cli import run_script, start_script
@@ -98,6 +99,78 @@ def test_a_bad_resume_is_one_line_and_exit_2(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"error: resume={tmp_path / 'nothing'}: no such run folder"]
     assert not (tmp_path / "outputs").exists()
+
+
+def _record(folder, task, hydra=(), sweep=False):
+    if sweep:
+        (folder / "multirun.yaml").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": list(task),
+                                                                                      "hydra": list(hydra)}}}))
+    else:
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(list(task)))
+        (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"hydra": list(hydra)}}}))
+
+
+def test_a_resume_takes_the_recorded_settings_and_refuses_others(tmp_path):
+    """resume=<dir>: the folder's recorded overrides come first; keys that change no result may be given anew; any
+    other override that differs from the record, or that it lacks, is refused in one line naming it."""
+    from ctxbench.core.errors import ConfigError
+    from ctxbench.stages.resume import merge_with_record, recorded_overrides
+
+    single = tmp_path / "single"
+    _record(single, ["attribution=[position,random]", "max_examples=1", "resume=old"], ["hydra.run.dir=x"])
+    rec = recorded_overrides(single)
+    assert rec == (["attribution=[position,random]", "max_examples=1", "resume=old"], ["hydra.run.dir=x"], False)
+    assert merge_with_record(single, [f"resume={single}"], rec) == [
+        "attribution=[position,random]", "max_examples=1", f"resume={single}"]
+    # the same settings again (a printed resume command), more examples, and neutral keys: accepted
+    assert merge_with_record(single, ["attribution=[position,random]", "max_examples=3", "progress=false",
+                                      "paths.root=.", "stats.min_n=1", "resume=latest"], rec) == [
+        "attribution=[position,random]", "max_examples=3", "progress=false", "paths.root=.", "stats.min_n=1",
+        f"resume={single}"]
+    with pytest.raises(ConfigError) as err:
+        merge_with_record(single, ["attribution=[random]", "seed=2", "html=false"], rec)
+    assert str(err.value) == (
+        f"resume={single}: attribution=[random] (the run has attribution=[position,random]); seed=2 (the run has no "
+        f"seed override): its results were made with the recorded settings ({single / '.hydra/overrides.yaml'}); "
+        f"start a new run for other settings")
+    # a sweep resumes as a sweep, with its recorded subdir; its mode and folder come from the command
+    sweep = tmp_path / "sweep"
+    _record(sweep, ["dataset=a,b", "mode=recovery"],
+            ['hydra.sweep.subdir="d=${hydra:runtime.choices.dataset}"', "hydra.sweep.dir=sweep", "hydra.mode=MULTIRUN"],
+            sweep=True)
+    rec = recorded_overrides(sweep)
+    assert rec[2] is True
+    assert merge_with_record(sweep, [f"resume={sweep}"], rec) == [
+        "-m", "dataset=a,b", "mode=recovery", 'hydra.sweep.subdir="d=${hydra:runtime.choices.dataset}"',
+        f"resume={sweep}"]
+    assert recorded_overrides(tmp_path) is None  # no record: the command line as given
+
+
+def test_a_bare_resume_latest_goes_on_with_the_runs_methods_and_keeps_its_record(tmp_path):
+    """The new user's case: a run with non-default methods, then a bare `resume=latest`, went on with the defaults and
+    rewrote the folder's record. Now it scores the run's own methods, and the record still names them."""
+    args = [f"paths.model_cache_dir={CACHE_DIR}", "attribution=[position,random]", "mode=[recovery]", "views=[seq]",
+            "length=512", "dataset.num_samples=2", "max_examples=1", "heatmaps=0", "html=false", "progress=false"]
+    out = run_script("run_exp.py", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (job,) = (tmp_path / "outputs" / "run_exp" / "niah_mq_q2").iterdir()
+    out = run_script("run_exp.py", "resume=latest", "max_examples=2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(line) for line in (job / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["example_id"], r["method"]) for r in rows) == [
+        (f"niah_mq_q2/{i}", m) for i in range(2) for m in ("position", "random")]
+    overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+    assert "attribution=[position,random]" in overrides and "max_examples=2" in overrides
+    assert list(json.loads((job / "manifest.json").read_text())["config"]["attribution"]) == ["position", "random"]
+    before = folder_bytes(job)
+    out = run_script("run_exp.py", "resume=latest", "attribution=[ifr_multi_hop,random]", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"error: resume=outputs/run_exp/niah_mq_q2/{job.name}: attribution=[ifr_multi_hop,random] (the run has "
+        f"attribution=[position,random]): its results were made with the recorded settings "
+        f"(outputs/run_exp/niah_mq_q2/{job.name}/.hydra/overrides.yaml); start a new run for other settings"]
+    assert folder_bytes(job) == before
 
 
 def test_sweep_job_folder_names_pass_back_to_hydra_as_they_are(tmp_path):

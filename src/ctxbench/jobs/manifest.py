@@ -18,6 +18,10 @@ from ctxbench.utils.files import atomic_write_text
 
 SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|token|authorization)$", re.IGNORECASE)
 REDACTED = "***REDACTED***"
+# Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
+# (the parts' own such keys are declared neutral on their fields: ctxbench.core.part).
+NEUTRAL_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume",
+                    "endpoint.")
 PACKAGES = ("ctxbench", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "faiss-cpu",
             "pytrec-eval-terrier", "jsonlines", "pysbd")
 

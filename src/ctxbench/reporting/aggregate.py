@@ -29,6 +29,7 @@ from ctxbench.reporting.render import csv_text, render_page
 from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, common_examples, comparisons_table,
                                               direction, rows_from_cells, shown_metrics, table1_means, table1_table,
                                               task_comparison_tables, too_few_rows, without_task_column)
+from ctxbench.jobs.manifest import NEUTRAL_PREFIXES
 from ctxbench.jobs.results import JobRun, flatten, unfinished_note
 
 FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures), inlined in report.html
@@ -38,10 +39,6 @@ FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures),
 # non-stop ones); each method's own set, the paper's protocol (FlashTrace alone under the non-stop set), is in pairs.md.
 HEADLINE_KEYS = ("RISE@all", "MAS@all", "RISE@nonstop", "MAS@nonstop", "recall", "lds", "drop@1", "drop@3", "drop@5")
 
-# Stage keys that never change a result: where files live, how progress is shown, extra artefacts, summary statistics
-# (the parts' own such keys are declared neutral on their fields: ctxbench.core.part).
-IGNORED_PREFIXES = ("paths.", "dry_run", "progress", "heatmaps", "html", "save_traces", "stats.", "resume",
-                    "endpoint.")
 
 
 def table_view(jobs: list[JobRun], requested: Optional[str] = None) -> str:
@@ -83,7 +80,7 @@ def check_consistent(jobs: list[JobRun]) -> None:
     keys = set().union(*flat)
     bad = []
     for k in sorted(keys):
-        if k.startswith(IGNORED_PREFIXES) or k == "paths":
+        if k.startswith(NEUTRAL_PREFIXES) or k == "paths":
             continue
         vals = {json.dumps(f.get(k, "<absent>"), sort_keys=True, default=str) for f in flat}
         if len(vals) > 1 and not any(k == a or k.startswith(a + ".") for a in allowed):

@@ -140,6 +140,7 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
 
     def main():
         from ctxbench.stages.preflight import app_help, check_overrides
+        from ctxbench.stages.resume import resumed_args
 
         from ctxbench.tracking.objective import with_sweeper_defaults
 
@@ -152,6 +153,8 @@ def hydra_entry(entry_file: str, config_name: str, stage: str) -> Callable[[], o
         if "--help" in args or "-h" in args:
             print(app_help(conf_dir, name, Path(entry_file).stem, args), end="")
             return None
+        with user_errors():  # resume=: the run goes on with its recorded settings (ctxbench.stages.resume)
+            sys.argv[1:] = resumed_args(conf_dir, name, args)
         result = hydra_main()
         if REFUSED_IN_DRY_RUN:  # a dry-run sweep checked every job: the refused ones, together
             n = len(REFUSED_IN_DRY_RUN)

@@ -33,7 +33,7 @@ def check_overrides(conf_dir: str | Path, config_name: str, args: list[str]) -> 
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or _INFO_FLAGS & set(args):
         return None
     multirun = bool(_MULTIRUN_FLAGS & set(args))
-    texts = _override_texts(args)
+    texts = split_args(args)[1]
     if not texts:
         return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -73,18 +73,21 @@ def _options(dirs: list[Path], group: str) -> list[str]:
     return sorted({p.stem for d in dirs if (d / group).is_dir() for p in (d / group).glob("*.yaml")})
 
 
-def _override_texts(args: list[str]) -> list[str]:
-    """The overrides among ``args``: not a flag, nor the value of a flag that takes one (``--config-name x``)."""
-    out, skip = [], False
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """``(flags, overrides)`` of a command line: a flag keeps the value of a flag that takes one (``--config-name
+    x``); every other argument is an override."""
+    flags, out, skip = [], [], False
     for a in args:
         if skip:
             skip = False
+            flags.append(a)
         elif a.startswith("-"):
             skip = a in ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c",
                          "--package", "-p", "--experimental-rerun")
+            flags.append(a)
         else:
             out.append(a)
-    return out
+    return flags, out
 
 
 def _compose(conf_dir: Path, config_name: str, overrides: list[str]):
@@ -161,7 +164,7 @@ def app_help(conf_dir: str | Path, config_name: str, app_name: str, args: list[s
     conf_dir = Path(conf_dir)
     groups = [f"{d.name}: {', '.join(_options([conf_dir], d.name))}"
               for d in sorted(conf_dir.iterdir()) if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))]
-    overrides = [o for o in _override_texts(args) if not o.lstrip("+~").startswith("hydra")]
+    overrides = [o for o in split_args(args)[1] if not o.lstrip("+~").startswith("hydra")]
     cfg = _compose(conf_dir, config_name, overrides)
     return (f"{app_name} is powered by Hydra.\n\n== Configuration groups ==\nCompose your configuration from those "
             f"groups (group=option)\n\n" + "\n".join(groups) + "\n\n\n== Config ==\nOverride anything in the config "
