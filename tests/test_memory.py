@@ -15,6 +15,7 @@ from ctxbench.stages.run import RESULTS, run_stage
 
 from helpers.cli import run_script
 from helpers.configs import run_cfg, tmp_paths
+from helpers.paths import CACHE_DIR
 from helpers.peak_memory import measured_over_estimate
 from helpers.tiny_models import make, method_classes, tiny_model
 
@@ -171,3 +172,23 @@ def test_an_input_past_the_models_positions_is_refused_naming_both_numbers():
     with pytest.raises(ConfigError, match=r"^length=290: example b is 300 tokens with its generation, more than the "
                                           r"model's 256 positions \(config.max_position_embeddings\)"):
         check_context(model, long, 290)
+
+
+def test_a_length_past_the_models_positions_is_refused_before_data_or_model(tmp_path):
+    """The new user's `length=100000`: refused from the model's config alone (SmolLM2 has 8,192 positions), before a
+    task is generated or the model loaded, in one line naming both numbers; a length past the RULER generator's
+    bound (128K) is refused by the dataset's own check. No data and no job folder are left."""
+    for stage in ("run_exp.py", "prepare_data.py"):
+        out = run_script(stage, "length=100000", f"paths.data_dir={tmp_path / 'data'}",
+                         f"paths.model_cache_dir={CACHE_DIR}", cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+            "error: length=100000: more than model smollm2-135m's 8,192 positions (config.max_position_embeddings); "
+            "use length<=8192"], out.stderr[-2000:]
+    out = run_script("sample_and_filter.py", "dataset=niah_mq_q2", "length=9000", f"paths.data_dir={tmp_path / 'data'}",
+                     f"paths.model_cache_dir={CACHE_DIR}", cwd=tmp_path)
+    assert out.returncode == 2 and "error: length=9000: more than model smollm2-135m's 8,192 positions" in out.stderr
+    out = run_script("run_exp.py", "length=200000", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: dataset: length=200000: must lie in [1, 131072]"]
+    assert not (tmp_path / "data").exists()
+    assert not [p for p in (tmp_path / "outputs").rglob("*") if p.is_file() or p.name.startswith("20")]  # no job

@@ -30,6 +30,9 @@ def ruler_lengths(data_dir: str | Path, task: str) -> list[int]:
     return sorted(int(d.name) for d in root.iterdir() if d.name.isdigit() and (d / task / "validation.jsonl").is_file())
 
 
+RULER_MAX_LENGTH = 131072
+
+
 @dataclass(kw_only=True)
 class RulerTask(Dataset):
     """A RULER task generated offline with evidence spans, at ``<data_dir>/ruler_multihop/<length>/<name>/``.
@@ -41,7 +44,9 @@ class RulerTask(Dataset):
     """
 
     kind: ClassVar[str] = "ruler"
-    length: int = param(1024, ge=1)
+    # the generator's sanity bound: RULER's longest standard length (its run scripts' largest SEQ_LENGTHS, 128K);
+    # the model's own positions are checked before generation too (ctxbench.stages.common.check_length)
+    length: int = param(1024, ge=1, le=RULER_MAX_LENGTH)
     # rows are made one by one from (seed, task, index): row i never depends on it
     num_samples: int = neutral(500, ge=1)
     seed: int = 42

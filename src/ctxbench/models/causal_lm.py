@@ -230,6 +230,24 @@ def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
     return tok
 
 
+def max_positions(cfg: ModelConfig, cache_dir: str | Path | None = None) -> Optional[int]:
+    """The positions a local model was trained on (its config's ``max_position_embeddings``; a multimodal config's
+    text part), read from its config alone, or None when the config names none. A served model: None (its server
+    holds the limit; an over-long request is refused there)."""
+    from transformers import AutoConfig
+
+    if cfg.backend != "hf":
+        return None
+    source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
+    location, gguf = _weights_location(cfg, source, cache_dir)
+    with _loading(cfg):
+        conf = AutoConfig.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
+                                          trust_remote_code=cfg.trust_remote_code)
+    conf = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
+    n = getattr(conf, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
 def _weights_location(cfg: ModelConfig, source: ModelSource, cache_dir) -> tuple[str, Optional[str]]:
     if source.gguf_file and cfg.dequantized_cache and cache_dir is not None:
         target = _gguf_cache_dir(source, Path(cache_dir))

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from ctxbench.datasets.base import Dataset, LoadedSource, Paths
 from ctxbench.core.errors import ConfigError
 from ctxbench.jobs.manifest import build_manifest, write_manifest
+from ctxbench.models.causal_lm import max_positions
 from ctxbench.core.part import build
 from ctxbench.prompts.icl import ICLTemplate
 
@@ -20,6 +21,19 @@ def stage_paths(cfg: DictConfig) -> Paths:
 
 def build_dataset(cfg: DictConfig) -> Dataset:
     return build(cfg.dataset, "dataset", Dataset)
+
+
+def check_length(dataset: Dataset, model_cfg: Any, cache_dir: Optional[str | Path]) -> None:
+    """Refuse, before any data is generated or read and before the model loads, a dataset ``length`` beyond the
+    model's positions, in one line naming both numbers (a generated task at 100k tokens for an 8k model would only
+    be refused example by example, after minutes of generation)."""
+    length = getattr(dataset, "length", None)
+    if length is None:
+        return
+    limit = max_positions(model_cfg, cache_dir)
+    if limit is not None and int(length) > limit:
+        raise ConfigError(f"length={length}: more than model {model_cfg.name}'s {limit:,} positions "
+                          f"(config.max_position_embeddings); use length<={limit}")
 
 
 def write_run_manifest(output_dir: str | Path, config: dict[str, Any], *, stage: str, root: str | Path,

@@ -13,7 +13,7 @@ from ctxbench.datasets.ruler_task import RulerTask
 from ctxbench.core.errors import ConfigError
 from ctxbench.jobs.manifest import build_manifest, write_manifest
 from ctxbench.models.causal_lm import load_tokenizer
-from ctxbench.stages.common import build_dataset, stage_paths
+from ctxbench.stages.common import build_dataset, check_length, stage_paths
 from ctxbench.stages.jobdir import accept as accept_job
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ def prepare_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     ds = build_dataset(cfg)
     if not isinstance(ds, RulerTask):
         raise ConfigError(f"dataset: prepare_data generates RULER tasks; {ds.name!r} is a {ds.kind} dataset")
+    check_length(ds, OmegaConf.to_object(cfg.model), paths.model_cache_dir)
     target = ds.file(paths)
     if target.exists() and not cfg.overwrite:
         log.info("%s exists; keeping it (overwrite=true regenerates)", target)

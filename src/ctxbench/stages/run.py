@@ -41,7 +41,7 @@ from ctxbench.metrics.stats import method_pairs
 from ctxbench.reporting.tables import write_job_summary
 from ctxbench.jobs.results import RESULTS
 from ctxbench.core.shards import Shard
-from ctxbench.stages.common import build_dataset, stage_paths, write_run_manifest
+from ctxbench.stages.common import build_dataset, check_length, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 from ctxbench.stages.run_shards import write_shard_record
 
@@ -182,6 +182,7 @@ def plan_run(cfg: DictConfig, output_dir: Path) -> RunPlan:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     tok = load_tokenizer(model_cfg, cache_dir=paths.model_cache_dir)
+    check_length(dataset, model_cfg, paths.model_cache_dir)
     # a sampled cache made from other data or for another model's tokenizer is refused, never read in their place
     source, examples = dataset.load(paths, tok, cfg.max_examples, model=to_plain(cfg.model))
     check_targets(examples, source)  # nothing to explain (raw MoreHopQA rows, an empty cache): refused here

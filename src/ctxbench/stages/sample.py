@@ -37,7 +37,8 @@ from ctxbench.boxed import split_boxed_generation
 from ctxbench.sampling.cache import SampleCache, check_config, funnel, merge_shards
 from ctxbench.sampling.judges import Judge, JudgeItem
 from ctxbench.core.shards import Shard
-from ctxbench.stages.common import build_dataset, build_template, stage_paths, write_run_manifest
+from ctxbench.stages.common import (build_dataset, build_template, check_length, stage_paths,
+                                    write_run_manifest)
 from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         shard = Shard(cfg.shard.index, cfg.shard.count)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    check_length(dataset, OmegaConf.to_object(cfg.model), paths.model_cache_dir)  # before the model loads
     loaded, tokenizer = _model_and_tokenizer(cfg, paths, parts.values())
     # Sampling reads the raw data, never a cache of its own output.
     # the first max_rows rows, before sharding: shards split the same first rows
