@@ -34,8 +34,23 @@ def test_log_lines_count_the_items_and_end_with_the_total(monkeypatch, caplog):
     assert seen == [(0, 4), (4, 8), (8, 10)]
     lines = _lines(caplog)
     counts = [re.search(r"\| (\d+)/10 \[", line).group(1) for line in lines]
-    assert counts[:3] == ["4", "8", "10"] and counts[-1] == "10"
+    assert counts == ["4", "8", "10"]  # the last line is not repeated when the step closes
     assert all(line.startswith("deletion passes:") and "seq/s" in line for line in lines)
+
+
+def test_a_closed_step_adds_its_end_once(monkeypatch, caplog):
+    """A step whose last interval line is older than its end gets one closing line, and closing again (the stage's
+    `with` block after an explicit close, as on a SIGTERM) adds none."""
+    monkeypatch.setenv("CTXBENCH_PROGRESS_EVERY_S", "0")
+    caplog.set_level(logging.INFO, logger="ctxbench.utils.progress")
+    p = progress.bar(3, "examples")
+    p.update(1)
+    p.every = 3600.0  # the next updates fall inside the interval: no line of their own
+    p.update(2)
+    p.close()
+    p.close()
+    counts = [re.search(r"\| (\d+)/3 \[", line).group(1) for line in _lines(caplog)]
+    assert counts == ["1", "3"]
 
 
 def test_a_step_shorter_than_the_interval_writes_nothing(monkeypatch, caplog):

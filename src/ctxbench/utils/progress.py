@@ -54,9 +54,11 @@ class LogProgress:
         self.every = log_every_s()
         self.start = self.last = time.monotonic()
         self.lines = 0
+        self.shown: Optional[tuple] = None  # what the last line said: a line saying it again is left out
 
     def _write(self) -> None:
         now = time.monotonic()
+        self.shown = (self.n, self.desc, self.postfix)
         log.info("%s", tqdm.format_meter(self.n, self.total, now - self.start, prefix=self.desc, unit=self.unit,
                                          postfix=self.postfix or None, ascii=True))
         self.last = now
@@ -74,7 +76,8 @@ class LogProgress:
         self.postfix = s
 
     def close(self) -> None:
-        if self.lines:
+        # the end of a step that wrote lines, unless its last line said it already (or the bar was closed before)
+        if self.lines and self.shown != (self.n, self.desc, self.postfix):
             self._write()
 
     def __enter__(self) -> "LogProgress":
