@@ -192,3 +192,13 @@ def test_store_lock_file_lives_as_long_as_the_writer(tmp_path):
     with pytest.raises(DataError, match="duplicate key"):
         ExampleStore(p)
     assert [x.name for x in tmp_path.iterdir()] == ["cache.jsonl"]
+
+
+def test_a_decoder_message_ending_on_at_says_at_once(tmp_path):
+    """An unterminated string (its line's newline is then a control character): the decoder's message ends on "at",
+    which the column follows without a second "at"."""
+    p = tmp_path / "bad.jsonl"
+    write_jsonl(p, ['{"a": "open'])
+    with pytest.raises(DataError) as err:
+        list(read_examples(p))
+    assert str(err.value) == f"{p}:1: not a JSON object (Invalid control character at column 12)"

@@ -48,6 +48,12 @@ def iter_jsonl(path: str | Path, complete_only: bool = False) -> Iterator[tuple[
         yield from _iter_lines(fp, path, complete_only)
 
 
+def _ending_at(msg: str) -> str:
+    # the decoder's messages mostly name no position ("Expecting ',' delimiter"), some end on "at" already
+    # ("Unterminated string starting at"): "at" once either way
+    return msg if msg.endswith(" at") else f"{msg} at"
+
+
 def _iter_lines(fp, path: Path, complete_only: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
     lines = _NumberedLines(fp, complete_only)
     reader = jsonlines.Reader(lines)
@@ -59,7 +65,7 @@ def _iter_lines(fp, path: Path, complete_only: bool = False) -> Iterator[tuple[i
         except jsonlines.InvalidLineError as exc:
             cause = exc.__cause__
             # the line number is the DataError's; the decoder's own position within the line is its column
-            why = (f"{cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError)
+            why = (f"{_ending_at(cause.msg)} column {cause.colno}" if isinstance(cause, json.JSONDecodeError)
                    else "valid JSON of another type")
             raise DataError(f"not a JSON object ({why})", file=path, line=exc.lineno) from None
         yield lines.lineno, obj
