@@ -316,3 +316,28 @@ def test_a_linked_interpreter_is_shown_as_the_link_inside_the_project(tmp_path, 
     monkeypatch.chdir(tmp_path / "proj")
     assert shown(tmp_path / "proj" / ".venv" / "bin" / "python") == ".venv/bin/python"
     assert shown(outside) == str(outside)
+
+
+@pytest.mark.slow
+def test_a_finished_job_and_its_report_rerun_change_no_byte(tmp_path):
+    """Issue 70 item 5 (a finished lane rerun rewrote 12 committed files): a rerun that finds every example scored
+    leaves every file of its folder as it was, the manifest (time, commit), the log, the summaries and the PNG plots
+    included; so does a report made again from the same runs."""
+    job, report = tmp_path / "job", tmp_path / "report"
+    args = [f"paths.model_cache_dir={CACHE_DIR}", "attribution=[position,random]", "mode=[recovery,faithfulness]",
+            "mode.faithfulness.steps=2", "views=[seq]", "length=512", "dataset.num_samples=2", "max_examples=2",
+            "heatmaps=1", "html=false", "progress=false", f"hydra.run.dir={job}"]
+    out = run_script("run_exp.py", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report_args = [f"runs=[{job}]", "stats.min_n=1", f"hydra.run.dir={report}"]
+    out = run_script("report.py", *report_args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert any(p.suffix == ".png" for p in job.rglob("*")) and any(p.suffix == ".png" for p in report.rglob("*"))
+    before_job, before_report = folder_bytes(job), folder_bytes(report)
+    out = run_script("run_exp.py", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "wrote in job: nothing" in out.stdout
+    assert folder_bytes(job) == before_job
+    out = run_script("report.py", *report_args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert folder_bytes(report) == before_report

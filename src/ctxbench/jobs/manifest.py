@@ -132,5 +132,25 @@ def build_manifest(config: dict[str, Any], *, stage: str, root: str | Path, outp
     }
 
 
-def write_manifest(output_dir: str | Path, manifest: dict[str, Any], name: str = "manifest.json") -> Path:
-    return atomic_write_text(Path(output_dir) / name, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+# what differs between two runs of the same job that changed nothing: when, and at which commit, it was written
+VOLATILE = ("created", "git")
+
+
+def write_manifest(output_dir: str | Path, manifest: dict[str, Any], name: str = "manifest.json",
+                   refresh: bool = False) -> Path:
+    """Write the job's manifest. A manifest already there that differs only in when and at which commit it was
+    written (``VOLATILE``) is kept, so that a rerun finding nothing to do changes no committed file; ``refresh``
+    rewrites it anyway (the run has just added results, made at this commit)."""
+    path = Path(output_dir) / name
+    if not refresh and path.is_file():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = None
+        if isinstance(old, dict) and _stable(old) == _stable(json.loads(json.dumps(manifest, default=str))):
+            return path
+    return atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def _stable(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in manifest.items() if k not in VOLATILE}

@@ -31,6 +31,7 @@ from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, com
                                               task_comparison_tables, too_few_rows, without_task_column)
 from ctxbench.jobs.manifest import NEUTRAL_PREFIXES
 from ctxbench.jobs.results import JobRun, flatten, unfinished_note
+from ctxbench.utils.files import atomic_write_text
 
 FIGURES = "figures"  # beside table1.md: one chart per task (reporting.figures), inlined in report.html
 
@@ -231,12 +232,12 @@ def write_table1(jobs: list[JobRun], output_dir: str | Path, view: str = "seq",
     md, pairs = _table1_page(r, out), _pairs_page(r, out)
     out.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = out / "table1.md", out / "table1.csv"
-    md_path.write_text(md, encoding="utf-8")
-    (out / "pairs.md").write_text(pairs, encoding="utf-8")
-    (out / "pairs.csv").write_text(csv_text(comparisons_table(r.comps)), encoding="utf-8", newline="")
-    csv_path.write_text(csv_text(table1_means(r.rows, r.datasets, r.methods, [m["label"] for m in r.metrics],
-                                              r.n_of)), encoding="utf-8", newline="")
-    (out / "table1.json").write_text(json.dumps(_table1_json(r), indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(md_path, md)
+    atomic_write_text(out / "pairs.md", pairs)
+    atomic_write_text(out / "pairs.csv", csv_text(comparisons_table(r.comps)))
+    atomic_write_text(csv_path, csv_text(table1_means(r.rows, r.datasets, r.methods, [m["label"] for m in r.metrics],
+                                                         r.n_of)))
+    atomic_write_text(out / "table1.json", json.dumps(_table1_json(r), indent=2) + "\n")
     return md_path, csv_path, md
 
 

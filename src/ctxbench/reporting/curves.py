@@ -12,7 +12,7 @@ import numpy as np
 
 from ctxbench.metrics.faithfulness import FaithfulnessScorer, normalized_curve
 from ctxbench.metrics.scorer import VIEW_LABELS, Scorer
-from ctxbench.utils.files import safe_filename
+from ctxbench.utils.files import safe_filename, save_png
 
 
 def mode_plots(scorers: Mapping[str, Scorer], records: list[dict], views: list[str], output_dir) -> list[Path]:
@@ -81,8 +81,7 @@ def deletion_curve_plots(records: Iterable[dict[str, Any]], views: list[str], ou
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = Path(output_dir) / f"{safe_filename(task) + '.' if task else ''}deletion_curve_{v}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        save_png(fig, path)
         plt.close(fig)
         written.append(path)
     return written

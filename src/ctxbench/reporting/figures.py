@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ctxbench.utils.files import safe_filename
+from ctxbench.utils.files import safe_filename, save_png
 from ctxbench.reporting.results_table import MinExamples
 
 
@@ -97,7 +97,6 @@ def _save(fig, title: str, path: Path) -> Path:
 
     fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    save_png(fig, path)
     plt.close(fig)
     return path

@@ -4,6 +4,7 @@ files FlashTrace's code writes (CSV per mode and method)."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -17,6 +18,7 @@ from ctxbench.reporting.curves import mode_plots
 from ctxbench.reporting.render import render_page
 from ctxbench.reporting.results_table import comparison_tables, rows_from_summary, summary_tables
 from ctxbench.jobs.results import JobFiles
+from ctxbench.utils.files import atomic_write_text
 
 
 def mode_csv_rows(scorer: Scorer, summary: dict[str, Any], views: list[str]) -> list[list[str]]:
@@ -48,9 +50,9 @@ def write_mode_csvs(output_dir: Path, summary: dict[str, dict[str, Any]], scorer
         for name, scorer in scorers.items():
             if name in s:
                 path = Path(output_dir) / name / f"{method}.csv"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "w", newline="", encoding="utf-8") as fp:
-                    csv.writer(fp).writerows(mode_csv_rows(scorer, s, views))
+                out = io.StringIO()
+                csv.writer(out).writerows(mode_csv_rows(scorer, s, views))
+                atomic_write_text(path, out.getvalue())
                 written.append(path)
     return written
 
@@ -76,11 +78,11 @@ def write_job_summary(output_dir: Path, methods: list[str], scorers: dict[str, S
     job = JobFiles(Path(output_dir))
     records = [r for _, r in iter_jsonl(job.results) if r["method"] in methods] if job.results.exists() else []
     full = run_summary(records, scorers, views, stats, list(refused))
-    job.summary.write_text(json.dumps(full, indent=2) + "\n")
+    atomic_write_text(job.summary, json.dumps(full, indent=2) + "\n")
     summary = full["methods"]
     write_mode_csvs(output_dir, summary, scorers, views)
     md = markdown_summary(summary, full["scorers"], views, title, full["comparisons"], stats.level)
-    job.summary_md.write_text(md, encoding="utf-8")
+    atomic_write_text(job.summary_md, md)
     mode_plots(scorers, records, views, output_dir)
     print(md, end="")
     return summary

@@ -37,10 +37,13 @@ def check_length(dataset: Dataset, model_cfg: Any, cache_dir: Optional[str | Pat
 
 
 def write_run_manifest(output_dir: str | Path, config: dict[str, Any], *, stage: str, root: str | Path,
-                       source: LoadedSource, n_examples: int, extra: Optional[dict[str, Any]] = None) -> Path:
+                       source: LoadedSource, n_examples: int, extra: Optional[dict[str, Any]] = None,
+                       refresh: bool = False) -> Path:
+    """The job's manifest (``jobs.manifest.write_manifest``: kept when only its time and commit would change, unless
+    ``refresh``)."""
     manifest = build_manifest(config, stage=stage, root=root, output_dir=output_dir,
                               dataset=source.record(n_examples), extra=extra)
-    return write_manifest(output_dir, manifest)
+    return write_manifest(output_dir, manifest, refresh=refresh)
 
 
 def build_template(cfg: DictConfig) -> ICLTemplate:

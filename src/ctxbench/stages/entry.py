@@ -105,7 +105,10 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
             raise
         job.accept()  # a stage that wrote nothing of its own still leaves Hydra's record of the job
         record = tracking.end("FINISHED")
-        log.info("wrote in %s: %s", shown(job.path), job.written())
+        written = job.written()
+        log.info("wrote in %s: %s", shown(job.path), written)
+        if written == "nothing":
+            job.forget_run()
         if objective is None:
             return result
         from ctxbench.tracking.objective import objective_value

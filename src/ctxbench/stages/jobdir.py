@@ -42,6 +42,7 @@ class DeferredFileHandler(logging.FileHandler):
                  errors: Optional[str] = None):
         super().__init__(filename, mode, encoding, delay=True, errors=errors)
         self._held: Optional[list[logging.LogRecord]] = []
+        self._size_at_start: Optional[int] = None  # the log's length before this run's lines (None: no log yet)
 
     def emit(self, record: logging.LogRecord) -> None:
         if self._held is not None:
@@ -52,8 +53,18 @@ class DeferredFileHandler(logging.FileHandler):
     def start(self) -> None:  # (not ``release``: that is the Handler's lock)
         """Write the held records and go on writing; a closed handler (an earlier job's) stays closed."""
         held, self._held = self._held, None
+        if held is not None and os.path.exists(self.baseFilename):
+            self._size_at_start = os.path.getsize(self.baseFilename)
         for record in held or ():
             super().emit(record)
+
+    def forget_run(self) -> None:
+        """Take this run's lines out of an existing log again (a rerun that changed nothing in its folder: its lines
+        would be the only change to a committed job). A log this run created is kept."""
+        if self._size_at_start is None or self._held is not None:
+            return
+        self.flush()
+        os.truncate(self.baseFilename, self._size_at_start)
 
     def close(self) -> None:
         if self._held is not None:  # never accepted: its records are dropped
@@ -68,6 +79,12 @@ def to_job_log(message: str) -> None:
     for h in logging.getLogger().handlers:
         if isinstance(h, DeferredFileHandler):
             h.handle(record)
+
+
+def _forget_run_in_logs() -> None:
+    for h in logging.getLogger().handlers:
+        if isinstance(h, DeferredFileHandler):
+            h.forget_run()
 
 
 def _release_logs() -> None:
@@ -116,10 +133,17 @@ class JobDir:
         hydra_cfg = HydraConfig.instance().cfg  # the `hydra` node alone, as Hydra saves it
         hc = hydra_cfg.hydra
         files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
-                 "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
+                 # resume= names the folder the run goes on in, not a setting: the record stays as the run began
+                 "overrides.yaml": OmegaConf.to_yaml([o for o in hc.overrides.task
+                                                      if o.lstrip("+~").partition("=")[0] != "resume"])}
         sweep_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
         return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir,
                    stage=str(hc.job.name))
+
+    def forget_run(self) -> None:
+        """A rerun that wrote nothing (``written``): its lines leave the job's log again, so that the folder is as
+        it found it (a finished lane rerun changes no committed file)."""
+        _forget_run_in_logs()
 
     def on_accept(self, call: Callable[[], None]) -> None:
         """``call()`` once the job is accepted (the experiment trackers open their runs then)."""

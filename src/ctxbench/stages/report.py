@@ -27,6 +27,7 @@ from ctxbench.reporting.results_table import MinExamples
 from ctxbench.retrieval.report import find_retrieval_jobs, has_attribution_jobs, write_report
 from ctxbench.stages.jobdir import accept as accept_job, shown
 from ctxbench.stages.run_shards import merged_shard_runs
+from ctxbench.utils.files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def write_variants(report_dirs: list[str], output_dir: str | Path) -> Path:
     """``variants.md``: the Table-1 reports of several variants beside the paper's Table 1."""
     out = Path(output_dir) / "variants.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(variants_markdown(_reports(report_dirs), load_paper()), encoding="utf-8")
+    atomic_write_text(out, variants_markdown(_reports(report_dirs), load_paper()))
     return out
 
 
@@ -75,8 +76,8 @@ def write_families(report_dirs: list[str], output_dir: str | Path) -> Path:
     out = Path(output_dir) / "families.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     headline, pairs = families_markdown(_reports(report_dirs))
-    out.write_text(headline, encoding="utf-8")
-    (out.parent / "pairs.md").write_text(pairs, encoding="utf-8")
+    atomic_write_text(out, headline)
+    atomic_write_text(out.parent / "pairs.md", pairs)
     return out
 
 
@@ -84,7 +85,7 @@ def write_overview(report_dirs: list[str], output_dir: str | Path) -> Path:
     """``overview.md``: every report's headline orders and control checks (``reporting.overview``)."""
     out = Path(output_dir) / "overview.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(overview_markdown(_reports(report_dirs)), encoding="utf-8")
+    atomic_write_text(out, overview_markdown(_reports(report_dirs)))
     return out
 
 

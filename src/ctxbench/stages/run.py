@@ -25,7 +25,7 @@ from ctxbench.attribution.memory import GIB, ModelShape, check_fits, free_bytes
 from ctxbench.stages.conf import RunConfig, to_plain
 from ctxbench.core.errors import ConfigError, DataError, ExampleRefused
 from ctxbench.evaluation import check_targets, evaluate_example, prepare_example, view_weights
-from ctxbench.utils.files import safe_filename
+from ctxbench.utils.files import atomic_write_text, safe_filename
 from ctxbench.core.jsonl import AppendOnlyJsonl
 from ctxbench.utils.locks import held_elsewhere
 from ctxbench.metrics.scorer import build_scorers
@@ -131,10 +131,13 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
     if delegated is not None:
         return delegated()
     plan = plan_run(cfg, Path(output_dir))
+    def record(refresh: bool = False) -> None:
+        write_run_manifest(plan.output_dir, to_plain(cfg), stage="run_exp", root=plan.paths.root, source=plan.source,
+                           n_examples=plan.n_total, refresh=refresh)
+
     with JobResults(plan.output_dir / RESULTS, plan.fingerprints) as job:
         accept_job()
-        write_run_manifest(plan.output_dir, to_plain(cfg), stage="run_exp", root=plan.paths.root, source=plan.source,
-                           n_examples=plan.n_total)
+        record()
         if cfg.dry_run:
             log.info("dry run: configuration composed, parts built, %d examples loaded; no model loaded, no "
                      "attribution", len(plan.examples))
@@ -143,7 +146,12 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         model = _load_model(plan)
         for scorer in plan.scorers.values():
             scorer.use_job_dir(plan.output_dir)
-        refused = _score_examples(plan, results, model)
+        before = len(results.done)
+        try:
+            refused = _score_examples(plan, results, model)
+        finally:
+            if len(results.done) > before:  # results made now (a stopped run's too): the manifest names this commit
+                record(refresh=True)
     return _finish(plan, refused)
 
 
@@ -414,6 +422,6 @@ def _write_heatmap(output_dir: Path, decoded, prepared, result, method: str, vie
                         gold=prepared.evidence_tokens or (), generated=generated)
     path = output_dir / "heatmaps" / method / f"{safe_filename(prepared.example.example_id)}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    atomic_write_text(path, page)
 
 
