@@ -114,7 +114,8 @@ def test_integrated_gradients_resume_mid_example_from_their_partial_sum(model, t
     with pytest.raises(KeyboardInterrupt):
         ig.attribute(stopped, FakeTokenizer(), mi)
     saved = list((tmp_path / "partial").iterdir())
-    assert len(saved) == 1 and torch.load(saved[0])["done"] == list(range(6))
+    rows_done = torch.load(saved[0])["rows_done"]  # (rows, points): every row has summed points 0-5
+    assert len(saved) == 1 and rows_done[:, :6].all() and not rows_done[:, 6:].any()
     # another input (one token changed) does not take that sum
     other = make_input()
     other.input_ids = other.input_ids.clone()
@@ -132,3 +133,37 @@ def test_integrated_gradients_resume_mid_example_from_their_partial_sum(model, t
     from ctxbench.core.part import settings_of
 
     assert "partial_dir" not in settings_of(ig)
+
+
+def test_integrated_gradients_stopped_mid_batch_keep_the_rows_summed(model, tmp_path, monkeypatch):
+    """A SIGTERM arrives between two rows' backward passes of one batch (a batch of a chain-of-thought example takes
+    minutes on a CPU): the rows summed so far are kept, and the rerun sums only the rest, to the same matrix."""
+    from ctxbench.attribution import baselines
+
+    mi = make_input()
+    grad, calls = torch.autograd.grad, []
+    monkeypatch.setattr(baselines.torch.autograd, "grad", lambda *a, **k: calls.append(1) or grad(*a, **k))
+    want = make("integrated_gradients", ig_steps=6, ig_batch=3).attribute(model, FakeTokenizer(), mi).matrix
+    rows = len(calls) // 2  # a backward pass per explained row and batch
+    assert rows >= 3 and len(calls) == 2 * rows
+    calls.clear()
+
+    def stops(*args, **kwargs):  # in the third row's backward pass of the second batch: two rows of it summed
+        calls.append(1)
+        if len(calls) == rows + 3:
+            raise KeyboardInterrupt
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(baselines.torch.autograd, "grad", stops)
+    ig = make("integrated_gradients", ig_steps=6, ig_batch=3, partial_dir=str(tmp_path / "partial"))
+    with pytest.raises(KeyboardInterrupt):
+        ig.attribute(model, FakeTokenizer(), mi)
+    (saved,) = (tmp_path / "partial").iterdir()
+    rows_done = torch.load(saved)["rows_done"]
+    assert rows_done[:, :3].all() and rows_done[:2, 3:].all() and not rows_done[2:, 3:].any()
+    counted = []
+    monkeypatch.setattr(baselines.torch.autograd, "grad", lambda *a, **k: counted.append(1) or grad(*a, **k))
+    got = ig.attribute(model, FakeTokenizer(), mi).matrix
+    assert len(counted) == rows - 2  # only the rows of the second batch not summed when it stopped
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not list((tmp_path / "partial").iterdir())

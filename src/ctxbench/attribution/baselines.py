@@ -24,6 +24,7 @@ from ctxbench.attribution.context_cite import example_rng
 from ctxbench.attribution.ifr import IFRConfig, LayerView
 from ctxbench.attribution.memory import (Need, eager_attention, forward_transient, ifr_capture, result_matrix,
                                          saved_for_backward, scored_logits)
+from ctxbench.utils import progress as progress_display
 from ctxbench.utils.batching import run_in_batches
 from ctxbench.utils.files import atomic_write
 from ctxbench.models.attention import attention_kernel
@@ -97,31 +98,49 @@ class AttentionAttributor(_Baseline):
 
 def _grad_x_input(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str]) -> torch.Tensor:
     """For a batch of input embeddings (B, T, d): sum over the batch of grad_e log p(y_t) . ref, per generated token t
-    of ``ctx.row_indices()``.
+    of ``ctx.row_indices()``. Returns (R, T) (``_row_contributions`` with every row and point)."""
+    out = torch.zeros(len(ctx.row_indices()), ctx.T, device=embeds.device)
+    for i, contribution in _row_contributions(model, embeds, ctx, ref, attn_impl):
+        out[i] = contribution
+    return out
 
-    Returns (R, T). One forward per batch, then one backward per token explained (graph retained), because each
-    token is a separate output to explain. The pass runs on ``attn_impl`` (a fused kernel keeps no T x T matrix per
-    layer for the backward passes; the gradients are the same up to rounding).
+
+def _row_contributions(model, embeds: torch.Tensor, ctx, ref: torch.Tensor, attn_impl: Optional[str],
+                       need: Optional[torch.Tensor] = None, what: str = "") -> Iterator[tuple[int, torch.Tensor]]:
+    """``(i, sum over the batch of grad_e log p(y_t) . ref)`` for each explained row i (token t of
+    ``ctx.row_indices()``), one row at a time; ``need`` (R, B) keeps, per row, only the batch points it still needs
+    (a row needing none is skipped).
+
+    One forward per batch, then one backward per token explained (graph retained), because each token is a separate
+    output to explain; yielding row by row lets a long batch show progress and keep what it summed when stopped. The
+    pass runs on ``attn_impl`` (a fused kernel keeps no T x T matrix per layer for the backward passes; the gradients
+    are the same up to rounding).
     """
+    rows = ctx.row_indices()
+    todo = list(range(len(rows))) if need is None else [i for i in range(len(rows)) if bool(need[i].any())]
+    if not todo:
+        return
     targets = ctx.input_ids[ctx.gen_start:]
     embeds = embeds.detach().requires_grad_(True)
     with attention_kernel(model, attn_impl):
         logits = predicting_logits(model, ctx.gen_start, inputs_embeds=embeds)  # (B, G, V)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.view(1, -1, 1).expand(embeds.shape[0], -1, 1))
     logp = logp.squeeze(-1).sum(0)  # (G,): batch elements are independent, so their gradients just add up
-    rows = ctx.row_indices()
-    out = torch.zeros(len(rows), ctx.T, device=embeds.device)
-    for i, t in enumerate(rows):
-        (g,) = torch.autograd.grad(logp[t], embeds, retain_graph=i < len(rows) - 1)
-        out[i] = (g.float() * ref).sum(-1).sum(0)
-    return out
+    with progress_display.bar(len(todo), what or "gradient rows", "row") as bar:
+        for n, i in enumerate(todo):
+            (g,) = torch.autograd.grad(logp[rows[i]], embeds, retain_graph=n < len(todo) - 1)
+            r = ref if need is None else ref * need[i].to(ref.dtype).view(-1, 1, 1)
+            bar.update(1)
+            yield i, (g.float() * r).sum(-1).sum(0)
 
 
 def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_impl: Optional[str],
                           partial_dir: Optional[str] = None) -> torch.Tensor:
     """IG with the EOS embedding at every position as baseline; trapezoid rule over ``steps`` points in [0, 1],
     ``batch`` points per forward pass (fewer after a CUDA out-of-memory error). ``partial_dir``: the sum so far is
-    kept there after each batch (``PartialSum``), and a call on the same input resumes from it."""
+    kept there (``PartialSum``: per explained row, the points summed), after each batch, every
+    ``PartialSum.EVERY_S`` seconds within one, and when the run is stopped; a call on the same input resumes from it,
+    mid-batch included."""
     emb = model.get_input_embeddings()
     with torch.no_grad():
         x = emb(ctx.input_ids.view(1, -1)).float()
@@ -131,22 +150,31 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     wts[0] /= 2
     wts[-1] /= 2
     dtype = next(model.parameters()).dtype
-    total = torch.zeros(len(ctx.row_indices()), ctx.T, device=x.device)
+    R = len(ctx.row_indices())
+    total = torch.zeros(R, ctx.T, device=x.device)
     kept = PartialSum.for_input(partial_dir, model, ctx, steps, attn_impl) if partial_dir else None
-    done = kept.load(total) if kept else set()
+    done = kept.load(total, steps) if kept else torch.zeros(R, steps, dtype=torch.bool)
 
     def points(lo: int, hi: int) -> None:
-        todo = [k for k in range(lo, hi) if k not in done]  # a resumed run may have summed some (another ig_batch)
-        if not todo:
+        need = ~done[:, lo:hi]  # a resumed run may have summed some points of some rows (another ig_batch, a stop)
+        cols = need.any(0)
+        if not bool(cols.any()):
             return
-        a = alphas[todo].view(-1, 1, 1)
+        idx = [lo + int(j) for j in torch.nonzero(cols).view(-1)]
+        a = alphas[idx].view(-1, 1, 1)
         # the step weight is folded into the reference vector so one backward serves the whole batch
         pts = (x0 + a * (x - x0)).to(dtype)
-        ref = (x - x0) * wts[todo].view(-1, 1, 1)
-        total.add_(_grad_x_input(model, pts, ctx, ref, attn_impl))  # added only once the whole batch completed
-        done.update(todo)
-        if kept:
-            kept.save(total, done)
+        ref = (x - x0) * wts[idx].view(-1, 1, 1)
+        try:
+            for i, contribution in _row_contributions(model, pts, ctx, ref, attn_impl, need[:, cols].to(x.device),
+                                                      what=f"integrated gradients, points {lo + 1}-{hi} of {steps}"):
+                total[i].add_(contribution)
+                done[i, idx] = True
+                if kept:
+                    kept.save(total, done, now=False)
+        finally:  # after the batch, and when stopped (a SIGTERM, Ctrl-C): what was summed is kept
+            if kept:
+                kept.save(total, done)
 
     run_in_batches(steps, batch, points, what="integrated gradients", unit="point")  # halves on CUDA out-of-memory
     if kept:
@@ -154,15 +182,19 @@ def _integrated_gradients(model, ctx, tokenizer, steps: int, batch: int, attn_im
     return total
 
 
-@dataclass(frozen=True)
+@dataclass
 class PartialSum:
     """IG's sum over the integration points done so far for one input, in a file of ``partial_dir`` named by what
-    the sum depends on (model, input ids, rows, points, kernel): on a CPU one example of a chain-of-thought target
-    (40-100 explained rows, a backward pass per row and batch of points) takes hours, longer than a lane may run at
-    a time; a lane stopped mid-example resumes from its last completed batch. Written atomically after each batch,
-    removed when the example is done."""
+    the sum depends on (model, input ids, rows, points, kernel), with which points each explained row has summed:
+    on a CPU one example of a chain-of-thought target (40-100 explained rows, a backward pass per row and batch of
+    points) takes hours, longer than a lane may run at a time, and one batch of points takes minutes; a lane stopped
+    mid-example, or mid-batch, resumes from its last summed row. Written atomically, removed when the example is
+    done."""
+
+    EVERY_S: ClassVar[float] = 30.0  # within a batch, at most this long between two saves
 
     path: Path
+    saved_at: float = 0.0
 
     @staticmethod
     def for_input(partial_dir: str, model, ctx, steps: int, attn_impl: Optional[str]) -> "PartialSum":
@@ -172,19 +204,30 @@ class PartialSum:
             h.update(part.encode() + b"\0")
         h.update(ctx.input_ids.detach().cpu().numpy().astype(np.int64).tobytes())
         h.update(np.asarray(ctx.row_indices(), dtype=np.int64).tobytes())
-        return PartialSum(Path(partial_dir) / f"ig-{h.hexdigest()[:24]}.pt")
+        return PartialSum(Path(partial_dir) / f"ig-{h.hexdigest()[:24]}.pt", time.monotonic())
 
-    def load(self, total: torch.Tensor) -> set[int]:
-        """The points already summed (their sum added to ``total``); none when there is no file."""
+    def load(self, total: torch.Tensor, steps: int) -> torch.Tensor:
+        """Which points each row has summed, (rows, steps) (their sum added to ``total``); none without a file. A
+        file written before rows were tracked lists whole points (``done``), summed for every row."""
+        done = torch.zeros(total.shape[0], steps, dtype=torch.bool)
         if not self.path.exists():
-            return set()
+            return done
         saved = torch.load(self.path, map_location=total.device)
         total.add_(saved["total"])
-        log.info("integrated gradients: resuming from %d of the points (%s)", len(saved["done"]), self.path)
-        return set(saved["done"])
+        if "rows_done" in saved:
+            done |= saved["rows_done"].to(torch.bool).cpu()
+        else:
+            done[:, list(saved["done"])] = True
+        log.info("integrated gradients: resuming from %d of the %d (row, point) sums (%s)", int(done.sum()),
+                 done.numel(), self.path)
+        return done
 
-    def save(self, total: torch.Tensor, done: set[int]) -> None:
-        atomic_write(self.path, lambda f: torch.save({"total": total.detach().cpu(), "done": sorted(done)}, f))
+    def save(self, total: torch.Tensor, done: torch.Tensor, now: bool = True) -> None:
+        """Keep the sum (``now=False``: only when the last save is ``EVERY_S`` old)."""
+        if not now and time.monotonic() - self.saved_at < self.EVERY_S:
+            return
+        atomic_write(self.path, lambda f: torch.save({"total": total.detach().cpu(), "rows_done": done.clone()}, f))
+        self.saved_at = time.monotonic()
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
