@@ -105,6 +105,7 @@ def run_entry(stage: Callable[[DictConfig, str], object], cfg: DictConfig):
             raise
         job.accept()  # a stage that wrote nothing of its own still leaves Hydra's record of the job
         record = tracking.end("FINISHED")
+        job.keep_record_if_idle()
         written = job.written()
         log.info("wrote in %s: %s", shown(job.path), written)
         if written == "nothing":

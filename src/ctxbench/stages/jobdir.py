@@ -26,8 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from ctxbench.utils.files import atomic_write
+
 
 HYDRA_SUBDIR = ".hydra"
+MANIFEST = "manifest.json"
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
@@ -57,6 +60,12 @@ class DeferredFileHandler(logging.FileHandler):
             self._size_at_start = os.path.getsize(self.baseFilename)
         for record in held or ():
             super().emit(record)
+
+    def keep_record_if_idle(self) -> None:
+        """A run that found nothing to do (``nothing_to_do``) made none of the folder's results: its record
+        (``.hydra/``, ``manifest.json``) is put back as the run that made them wrote it, bytes and times."""
+        if self.idle:
+            _restore(self._record)
 
     def forget_run(self) -> None:
         """Take this run's lines out of an existing log again (a rerun that changed nothing in its folder: its lines
@@ -107,6 +116,8 @@ class JobDir:
         self.resume_dir = resume_dir  # the folder resume=<dir> names to go on with this run (a sweep: the sweep)
         self.sweep_dir = sweep_dir  # the sweep's folder (-m), None for a single run
         self.kept: Optional[Callable[[], str]] = None
+        self.idle = False  # the stage found nothing to do (``nothing_to_do``)
+        self._record: dict[Path, tuple[bytes, int]] = {}
         self.started_ns = time.time_ns()
 
     def written(self) -> str:
@@ -140,6 +151,12 @@ class JobDir:
         return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir,
                    stage=str(hc.job.name))
 
+    def keep_record_if_idle(self) -> None:
+        """A run that found nothing to do (``nothing_to_do``) made none of the folder's results: its record
+        (``.hydra/``, ``manifest.json``) is put back as the run that made them wrote it, bytes and times."""
+        if self.idle:
+            _restore(self._record)
+
     def forget_run(self) -> None:
         """A rerun that wrote nothing (``written``): its lines leave the job's log again, so that the folder is as
         it found it (a finished lane rerun changes no committed file)."""
@@ -153,6 +170,7 @@ class JobDir:
         if self.accepted:
             return
         self.accepted = True
+        self._record = _snapshot([*(self.path / HYDRA_SUBDIR / n for n in self._files), self.path / MANIFEST])
         d = self.path / HYDRA_SUBDIR
         d.mkdir(parents=True, exist_ok=True)
         for name, text in self._files.items():
@@ -197,6 +215,24 @@ def accept() -> None:
     """Called by a stage right before its first write into its job folder (no-op outside a command-line run)."""
     if _current is not None:
         _current.accept()
+
+
+def nothing_to_do() -> None:
+    """Said by a stage that found every result already made: its job's record is kept as it was
+    (``JobDir.keep_record_if_idle``)."""
+    if _current is not None:
+        _current.idle = True
+
+
+def _snapshot(paths) -> dict[Path, tuple[bytes, int]]:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in paths if p.is_file()}
+
+
+def _restore(saved: dict[Path, tuple[bytes, int]]) -> None:
+    for p, (data, mtime_ns) in saved.items():
+        if not p.is_file() or p.read_bytes() != data:
+            atomic_write(p, lambda f, data=data: f.write(data))
+        os.utime(p, ns=(mtime_ns, mtime_ns))
 
 
 def on_interrupt(kept: Callable[[], str]) -> None:

@@ -42,7 +42,7 @@ from ctxbench.reporting.tables import write_job_summary
 from ctxbench.jobs.results import RESULTS
 from ctxbench.core.shards import Shard
 from ctxbench.stages.common import build_dataset, check_length, stage_paths, write_run_manifest
-from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
+from ctxbench.stages.jobdir import accept as accept_job, nothing_to_do, on_interrupt, shown
 from ctxbench.stages.run_shards import write_shard_record
 
 log = logging.getLogger(__name__)
@@ -279,6 +279,8 @@ def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tupl
     on_interrupt(lambda: _kept(results, examples, list(methods), results.path))
     todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
     todo = {k: v for k, v in todo.items() if v}
+    if not todo:
+        nothing_to_do()  # every result is there: the job's record stays the one of the run that made them
     said = resume_line(len(examples), len(methods), [len(v) for v in todo.values()])
     if said:
         log.info(said)

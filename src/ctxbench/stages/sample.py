@@ -39,7 +39,7 @@ from ctxbench.sampling.judges import Judge, JudgeItem
 from ctxbench.core.shards import Shard
 from ctxbench.stages.common import (build_dataset, build_template, check_length, stage_paths,
                                     write_run_manifest)
-from ctxbench.stages.jobdir import accept as accept_job, on_interrupt, shown
+from ctxbench.stages.jobdir import accept as accept_job, nothing_to_do, on_interrupt, shown
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,15 @@ def settings_record(cfg: DictConfig, source_sha: str, pool_path: Path, parts: di
 
 def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever: Retriever, pool: list[dict],
                 template: ICLTemplate, tokenizer, generator: Generator, judge: Judge, cache: SampleCache,
-                max_examples: Optional[int], chunk: int) -> None:
+                max_examples: Optional[int], chunk: int) -> int:
     """The loop over one slice of the dataset, chunk by chunk, until every row is processed or ``max_examples``
-    examples are kept."""
+    examples are kept; the number of rows processed now."""
     pending = [(ex, q) for ex, q in zip(rows, query_rows) if not cache.processed(ex.example_id)]
     if len(pending) < len(rows):
         log.info("resuming: %d of %d rows already processed, %d examples kept", len(rows) - len(pending), len(rows),
                  cache.kept)
     bar = progress.bar(len(pending), f"sample {cache.path.stem}", "row", leave=True)
+    processed = 0
     for start in range(0, len(pending), chunk):
         if max_examples is not None and cache.kept >= max_examples:
             break
@@ -107,8 +108,10 @@ def sample_rows(rows: list[CachedExample], query_rows: list[dict], *, retriever:
             if kept is not None and max_examples is not None and cache.kept >= max_examples:
                 break  # the first max_examples kept rows are enough; the rest of the chunk stays unprocessed
             cache.record(ex.example_id, entry, kept)
+            processed += 1
             bar.update(1)
     bar.close()
+    return processed
 
 
 def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
@@ -164,9 +167,11 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
         on_interrupt(lambda: f"{sum(store.processed(e.example_id) for e in rows)} of {len(rows)} rows processed, "
                              f"{store.kept} examples kept in {shown(path)}")
         # ids and positions in the whole dataset, before sharding
-        sample_rows(rows, shard.select(example_rows(examples)), pool=pool, template=template, tokenizer=tokenizer,
-                    cache=store, max_examples=cfg.max_examples, chunk=cfg.chunk, **parts)
+        done = sample_rows(rows, shard.select(example_rows(examples)), pool=pool, template=template,
+                           tokenizer=tokenizer, cache=store, max_examples=cfg.max_examples, chunk=cfg.chunk, **parts)
         store.finish()
+    if not done:
+        nothing_to_do()  # every row needed is in the cache: the job's record stays the one of the run that made it
     return _finish(output_dir, path)
 
 
