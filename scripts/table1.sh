@@ -99,8 +99,11 @@ fi
 case $lane in
   sample)
     [ "$variant" != gold ] || fail "the gold variant has no sampling stage (its targets are RULER's gold answers)"
-    # SmolLM2's CoT capped at 256 new tokens (a CPU budget; the box guard still closes an open box)
-    gen=(generator.max_new_tokens=256); [ "$variant" = cot_evidence ] && gen=(generator=evidence_cot retriever=zero)
+    # SmolLM2's CoT capped at 256 new tokens (a CPU budget; the box guard still closes an open box); its in-context
+    # examples ranked on the whole prompt, as when the committed caches were made (the option reads
+    # [question, context] since)
+    gen=(generator.max_new_tokens=256 'retriever.fields=[prompt]')
+    [ "$variant" = cot_evidence ] && gen=(generator=evidence_cot retriever=zero)
     exec "$py" exp/exp2/sample_and_filter.py -m "dataset=$tasks" length=1024 "max_examples=$n" "max_rows=$rows" \
       "${common[@]}" "paths.samples_dir=$vdir/samples" hydra.sweep.dir="$vdir/sample" \
       "hydra.sweep.subdir=\"dataset=\${hydra:runtime.choices.dataset}\"" "${gen[@]}" "$@" ;;

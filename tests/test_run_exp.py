@@ -163,6 +163,7 @@ def test_a_resumed_run_says_what_it_resumes_partial_examples_included():
 
     assert resume_line(20, 3, [3] * 20) is None  # a fresh run
     assert resume_line(20, 3, [3] * 15) == "resuming: 5 of 20 examples already scored"
+    assert resume_line(20, 3, []) == "nothing to do: all 20 examples already scored by every method"
     assert resume_line(20, 3, [1] + [3] * 19) == ("resuming: 0 of 20 examples already scored, and 2 method results "
                                                   "of 1 unfinished example (those methods are not run again)")
     assert resume_line(4, 2, [1, 1]).endswith("and 2 method results of 2 unfinished examples (those methods are not "

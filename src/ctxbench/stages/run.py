@@ -396,6 +396,8 @@ def resume_line(n_examples: int, n_methods: int, pending: list[int]) -> Optional
     partial = [n_methods - p for p in pending if p < n_methods]
     if not whole and not partial:
         return None
+    if whole == n_examples:
+        return f"nothing to do: all {n_examples} examples already scored by every method"
     line = f"resuming: {whole} of {n_examples} examples already scored"
     if partial:
         line += (f", and {sum(partial)} method result{'s' * (sum(partial) != 1)} of {len(partial)} unfinished "
