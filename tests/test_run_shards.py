@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from ctxbench.core.errors import DataError
+from ctxbench.core.errors import ConfigError, DataError
 from ctxbench.core.shards import Shard, interleave
 from ctxbench.stages.run import RESULTS, run_stage
 from ctxbench.stages.run_shards import merge_run
@@ -125,3 +125,68 @@ def test_shards_merged_equal_the_unsharded_run(tmp_path):
     with pytest.raises(DataError, match="shard 1 of 2 is unfinished"):
         run_stage(shard_cfg(tmp_path, f"merge=[{tmp_path / 'sweep'}]"), tmp_path / "merged2")
     shutil.rmtree(tmp_path / "merged2", ignore_errors=True)
+
+
+def _base(folder, records):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+@pytest.mark.parametrize("case, message", [
+    ("in_both", r"example 'a', method 'random' is in the base \(.*\) too"),
+    ("twice_in_base", "example 'b', method 'random' twice"),
+    ("not_the_runs", "example 'z', method 'random' is not one of the merged run's"),
+    ("other_settings", r"method 'random' made under other settings than in .* \(f2 != f1\)"),
+    ("no_base", "no results.jsonl there"),
+])
+def test_merge_with_a_base_refusals(tmp_path, case, message):
+    """The base's lines and the shards' are one run: each example and method once, one configuration per method."""
+    runs = tmp_path / "runs"
+    line = {"method": "random", "config": "f1"}
+    base_recs = {"in_both": [{"example_id": "a", **line}],
+                 "twice_in_base": [{"example_id": "b", **line}, {"example_id": "b", **line}],
+                 "not_the_runs": [{"example_id": "z", **line}],
+                 "other_settings": [{"example_id": "b", **line}]}.get(case)
+    base = _base(tmp_path / "task", base_recs) if base_recs is not None else tmp_path / "nothing"
+    shard1 = [{"example_id": "d", "method": "random", "config": "f2" if case == "other_settings" else "f1"}]
+    if case not in ("other_settings",):
+        shard1 = [{"example_id": "b", **line}] + shard1
+    dirs = [_fake_shard(runs, 0, 2, ["a", "c"], records=[{"example_id": e, **line} for e in ("a", "c")]),
+            _fake_shard(runs, 1, 2, ["b", "d"], records=shard1)]
+    with pytest.raises(DataError, match=message):
+        merge_run(dirs, tmp_path / "merged", base=base)
+    assert not (tmp_path / "merged" / RESULTS).exists()
+
+
+@pytest.mark.slow
+def test_a_split_lane_folds_back_into_its_task_folder(tmp_path):
+    """A task folder holds 2 of 5 examples; two shards with base= score only the 3 it lacks (the one command the
+    issue asked for, no copying of lines by hand), and merge=[...] base= into the task folder itself leaves it equal
+    to one unsplit run of the 5."""
+    def cfg(*more):
+        return run_cfg(tmp_path, "dataset.num_samples=5", "attribution=[random,position]", "mode=[recovery]",
+                       "views=[seq]", "heatmaps=0", "html=false", *more)
+
+    whole = tmp_path / "whole"
+    run_stage(cfg("max_examples=5"), whole)
+    task = tmp_path / "task"
+    run_stage(cfg("max_examples=2"), task)  # the lane as far as it got
+    before = (task / RESULTS).read_text()
+    for i in range(2):
+        d = tmp_path / "split" / f"{i}"
+        run_stage(cfg("max_examples=5", f"shard.index={i}", "shard.count=2", f"base={task}"), d)
+        ids = sorted({json.loads(x)["example_id"] for x in (d / RESULTS).read_text().splitlines()})
+        assert ids == sorted({"niah_mq_q2/2", "niah_mq_q2/3", "niah_mq_q2/4"} & {f"niah_mq_q2/{j}"
+                                                                                    for j in range(i, 5, 2)})
+    assert (task / RESULTS).read_text() == before  # the shards only read the base
+    run_stage(cfg("max_examples=5", f"merge=[{tmp_path / 'split'}]", f"base={task}"), task)
+
+    def lines(d):
+        return [without_timings(json.loads(x)) for x in (d / RESULTS).read_text().splitlines()]
+
+    assert lines(task) == lines(whole) and len(lines(task)) == 10
+    assert without_timings(json.loads((task / "summary.json").read_text())) == \
+        without_timings(json.loads((whole / "summary.json").read_text()))
+    with pytest.raises(ConfigError, match=r"base=.*: a base is for the shards of a split lane"):
+        run_stage(cfg("max_examples=5", f"base={task}"), tmp_path / "unsplit")

@@ -106,6 +106,9 @@ class RunConfig(TrackingConfig, RunOutputs, DataConfig):
     seed: int = 0  # seeds every random choice of the run (the random baseline's draws)
     shard: ShardConfig = field(default_factory=ShardConfig)  # docs/scale-out.md: this job attributes one slice
     merge: List[str] = field(default_factory=list)  # shard job dirs (or folders of them) to merge instead of running
+    # a task folder already holding result lines: a job scores only what it lacks, and merge=[...] starts from its
+    # lines (a lane split over cores folds back into its folder; docs/scale-out.md)
+    base: Optional[str] = None
     dry_run: bool = False
     # refuse up front a method or mode whose estimated memory on the longest input is above the memory free
     # (ctxbench.attribution.memory); false tries anyway

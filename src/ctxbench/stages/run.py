@@ -43,7 +43,7 @@ from ctxbench.jobs.results import RESULTS
 from ctxbench.core.shards import Shard
 from ctxbench.stages.common import build_dataset, check_length, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, nothing_to_do, on_interrupt, shown
-from ctxbench.stages.run_shards import write_shard_record
+from ctxbench.stages.run_shards import base_lines, write_shard_record
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class RunPlan:
     n_total: int  # the examples of the whole run
     with_heatmap: set[str]
     fingerprints: dict[str, str]
+    base_done: frozenset = frozenset()  # "method|example" keys the base folder holds (``base=``): not scored here
 
 
 def run_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
@@ -173,7 +174,8 @@ def _delegated(cfg: DictConfig, output_dir: str | Path):
     if cfg.merge:
         from ctxbench.stages.run_shards import find_shard_dirs, merge_run
 
-        return lambda: merge_run(find_shard_dirs(cfg.merge), output_dir, stats=OmegaConf.to_object(cfg.stats))
+        return lambda: merge_run(find_shard_dirs(cfg.merge), output_dir, stats=OmegaConf.to_object(cfg.stats),
+                                 base=cfg.base)
     return None
 
 
@@ -199,12 +201,17 @@ def plan_run(cfg: DictConfig, output_dir: Path) -> RunPlan:
     check_targets(examples, source)  # nothing to explain (raw MoreHopQA rows, an empty cache): refused here
     for scorer in scorers.values():
         scorer.check(examples, source.name)
+    fingerprints = {name: config_fingerprint(cfg, name) for name in methods}
+    if cfg.base and shard.count == 1:
+        raise ConfigError(f"base={cfg.base}: a base is for the shards of a split lane (shard.count > 1) and their "
+                          f"merge (merge=[...]); a whole run resumes in the task folder itself (resume=<folder>)")
+    base_done = frozenset(f"{m}|{e}" for e, m in base_lines(cfg.base, fingerprints)) if cfg.base else frozenset()
     return RunPlan(cfg=cfg, output_dir=output_dir, paths=paths, model_cfg=model_cfg, views=tuple(cfg.views),
                    methods=methods, scorers=scorers, stats=stats, shard=shard, tok=tok, source=source,
                    examples=shard.select(examples), n_total=len(examples),
                    # by position in the dataset, shard or not
                    with_heatmap={e.example_id for e in examples[:cfg.heatmaps]},
-                   fingerprints={name: config_fingerprint(cfg, name) for name in methods})
+                   fingerprints=fingerprints, base_done=base_done)
 
 
 def _check_served(model_cfg, methods: dict, scorers: dict) -> None:
@@ -277,7 +284,8 @@ def _score_examples(plan: RunPlan, results: AppendOnlyJsonl, model) -> list[tupl
     refused by their preparation, ``(example id, reason)``."""
     methods, examples = plan.methods, plan.examples
     on_interrupt(lambda: _kept(results, examples, list(methods), results.path))
-    todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results] for e in examples}
+    todo = {e.example_id: [m for m in methods if f"{m}|{e.example_id}" not in results
+                           and f"{m}|{e.example_id}" not in plan.base_done] for e in examples}
     todo = {k: v for k, v in todo.items() if v}
     if not todo:
         nothing_to_do()  # every result is there: the job's record stays the one of the run that made them

@@ -85,8 +85,32 @@ class _Shards:
     n_examples: int
 
 
-def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional[StatsSettings] = None) -> dict:
-    """Join the shards of one run (module doc) into ``output_dir``; returns the summary as ``run_stage`` does."""
+def base_lines(base: str | Path, fingerprints: Optional[dict[str, str]] = None) -> dict[tuple[str, str], dict]:
+    """The result lines of a task folder ``base`` (``<base>/results.jsonl``), by (example id, method): what a job
+    with ``base=`` does not score again and what its merge starts from. Refused: no results file, a line twice, and
+    with ``fingerprints`` a line of one of those methods made under other settings."""
+    path = Path(base) / RESULTS
+    if not path.is_file():
+        raise DataError(f"base={base}: no {RESULTS} there (the task folder whose lines a split lane starts from)",
+                        file=path)
+    lines: dict[tuple[str, str], dict] = {}
+    for lineno, rec in iter_jsonl(path, complete_only=True):
+        key = (rec["example_id"], rec["method"])
+        if key in lines:
+            raise DataError(f"example {key[0]!r}, method {key[1]!r} twice", file=path, line=lineno)
+        want = (fingerprints or {}).get(rec["method"])
+        if want is not None and rec.get("config") != want:
+            raise DataError(f"written for method {rec['method']!r} under another configuration ({rec.get('config')} "
+                            f"!= {want}); a base must hold the run's own settings", file=path, line=lineno,
+                            field="config")
+        lines[key] = rec
+    return lines
+
+
+def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional[StatsSettings] = None,
+              base: Optional[str | Path] = None) -> dict:
+    """Join the shards of one run (module doc) into ``output_dir``, after the lines of the task folder ``base`` when
+    given (the shards then hold what it lacked); returns the summary as ``run_stage`` does."""
     from ctxbench.reporting.html import write_run_html
 
     output_dir = Path(output_dir)
@@ -96,7 +120,8 @@ def merge_run(shard_dirs: list[Path], output_dir: str | Path, *, stats: Optional
     order = interleave(shards.slices, shards.count, shards.n_examples, where=str(shards.first.parent))
     position = {eid: i for i, eid in enumerate(order)}
     methods = list(shards.config["attribution"])
-    records = _merged_records(shards, order, position, methods)
+    records = _merged_records(shards, order, position, methods, base_lines(base) if base else {},
+                              Path(base) / RESULTS if base else None)
     accept_job()  # every check passed: the job folder is written from here on (ctxbench.stages.jobdir)
     output_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output_dir / RESULTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -151,17 +176,31 @@ def _read_shards(shard_dirs: list[Path]) -> _Shards:
     return shards
 
 
-def _merged_records(shards: _Shards, order: list[str], position: dict[str, int], methods: list[str]) -> list[dict]:
-    """Every shard's result lines in the run's order (example, then method); an example outside its shard's slice
-    or a result missing (of an example not refused) is refused, naming the shard to rerun."""
-    records: dict[tuple[str, str], dict] = {}
+def _merged_records(shards: _Shards, order: list[str], position: dict[str, int], methods: list[str],
+                    base: dict[tuple[str, str], dict], base_file: Optional[Path]) -> list[dict]:
+    """The base's and every shard's result lines in the run's order (example, then method). Refused: an example
+    outside its shard's slice or the run, a result in the base and a shard both, a method's lines under two
+    configurations, and a result missing (of an example not refused), naming the shard to rerun."""
+    for (eid, m), rec in base.items():
+        if eid not in position or m not in methods:
+            raise DataError(f"example {eid!r}, method {m!r} is not one of the merged run's", file=base_file)
+    records: dict[tuple[str, str], dict] = dict(base)
+    made_with: dict[str, tuple[str, Path]] = {r["method"]: (r.get("config"), base_file) for r in base.values()}
     for index, d in sorted(shards.dirs.items()):
         mine = set(shards.slices[index])
         for lineno, rec in iter_jsonl(d / RESULTS) if (d / RESULTS).exists() else []:
+            key = (rec["example_id"], rec["method"])
             if rec["example_id"] not in mine:
                 raise DataError(f"example {rec['example_id']!r} is not in shard {index}'s slice", file=d / RESULTS,
                                 line=lineno)
-            records[(rec["example_id"], rec["method"])] = rec
+            if key in base:
+                raise DataError(f"example {key[0]!r}, method {key[1]!r} is in the base ({base_file}) too",
+                                file=d / RESULTS, line=lineno)
+            config, where = made_with.setdefault(rec["method"], (rec.get("config"), d / RESULTS))
+            if rec.get("config") != config:
+                raise DataError(f"method {rec['method']!r} made under other settings than in {where} "
+                                f"({rec.get('config')} != {config})", file=d / RESULTS, line=lineno, field="config")
+            records[key] = rec
     for eid in order:
         for m in methods:
             if eid not in shards.refused_ids and (eid, m) not in records:
