@@ -131,3 +131,40 @@ def test_scorer_skips_the_stop_tokens_of_a_method_that_removes_them():
     # every gold token a stop token: skipped with the reason
     only_stop = RecoveryScorer().score(None, None, SimpleNamespace(evidence_tokens=[2, 5]), with_mask, {"row": w})
     assert only_stop["recovery"] is None and only_stop["recovery_skipped"] == "every evidence token is a stop token"
+
+
+def test_per_hop_and_bridge_recall_by_hand():
+    """hops=2: the recall of each step's evidence and of the bridge (evidence with no copy of the answer), under the
+    ranking and budget k of recall itself; recall unchanged, and the lines without hops read as before."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ctxbench.metrics.recovery import RecoveryScorer
+
+    # 20 prompt tokens of one character each: token i covers characters [i, i + 1)
+    offsets = [(i, i + 1) for i in range(20)]
+    needles = [{"span": [2, 4], "sentence": "The song is by Maroon 5.", "hop": 1},
+               {"span": [10, 12], "sentence": "Its drummer is Matt Flynn.", "hop": 2}]
+    example = SimpleNamespace(metadata={"needle_spans": needles, "outputs": ["Matt Flynn"]})
+    prepared = SimpleNamespace(evidence_tokens=[2, 3, 10, 11], example=example,
+                               model_input=SimpleNamespace(prompt_offsets=offsets))
+    w = np.zeros(20)
+    w[[2, 3]] = [5.0, 4.0]  # the bridge's two tokens on top: k = 2 of 20 at fraction 0.1
+    result = SimpleNamespace(P=20, prompt_stop_mask=None)
+    scorer = RecoveryScorer(fraction=0.1, hops=2)
+    rec = scorer.score(None, None, prepared, result, {"row": w})["recovery"]["row"]
+    assert rec == {"recall": 0.5, "recall@bridge": 1.0, "recall@hop1": 1.0, "recall@hop2": 0.0}
+    assert [m.key for m in scorer.metrics()] == ["recall", "recall@bridge", "recall@hop1", "recall@hop2"]
+    assert [m.label for m in scorer.metrics()][1:] == ["Recall@10% (bridge)", "Recall@10% (hop 1)",
+                                                       "Recall@10% (hop 2)"]
+    assert scorer.values(rec) == rec and RecoveryScorer().values(0.25) == {"recall": 0.25}
+    assert RecoveryScorer(fraction=0.1).score(None, None, prepared, result, {"row": w})["recovery"]["row"] == 0.5
+    # a subset without evidence (every needle contains the answer: no bridge) is left out, not scored 0
+    example.metadata["outputs"] = ["is"]
+    rec = scorer.score(None, None, prepared, result, {"row": w})["recovery"]["row"]
+    assert "recall@bridge" not in rec and rec["recall@hop2"] == 0.0
+    # the fingerprint of results made before: hops is neutral
+    from ctxbench.core.part import settings_of
+
+    assert "hops" not in settings_of(scorer)

@@ -272,3 +272,27 @@ def test_attr_mask_indices_recomputed(generated, smol_tokenizer, task, length):
         gold_text = " ".join(ex.prompt[a:b] for i, (a, b) in enumerate(sentences) if i in expected)
         for ns in rec["needle_spans"]:
             assert all(part in gold_text for part in ns["sentence"].split("\n") if part)
+
+
+def test_qa_evidence_is_labelled_with_its_reasoning_step(generated, morehopqa_path):
+    """hotpotqa_long's evidence sentences carry the question-decomposition step they support (``hop``, 1-based): the
+    sentence of step h lies in that step's paragraph and holds its answer where the paragraph has it; the first
+    step's sentences are the bridge (per-hop recall, docs/metrics.md)."""
+    rows = {r["previous_question"]: r for r in json.loads(Path(morehopqa_path).read_text(encoding="utf-8"))}
+    records, _ = generated["hotpotqa_long", 1024]
+    hops_seen = set()
+    for rec in records:
+        row = rows[rec["input"].rsplit("\n\nQuestion: ", 1)[1]]
+        steps = [s for s in row["question_decomposition"] if s.get("paragraph_support_title")]
+        for ns in rec["needle_spans"]:
+            step = row["question_decomposition"][ns["hop"] - 1]
+            assert ns["title"] == step["paragraph_support_title"]
+            paragraph = dict((t, s) for t, s in row["context"])[ns["title"]]
+            if any(step["answer"].lower() in s.lower() for s in paragraph):
+                assert step["answer"].lower() in ns["sentence"].lower()
+            hops_seen.add(ns["hop"])
+        assert len(steps) >= 2
+    assert hops_seen >= {1, 2}
+    # the other tasks' records keep their fields (no hop key): their files are as before
+    niah, _ = generated["niah_mq_q8", 1024]
+    assert all("hop" not in ns for rec in niah for ns in rec["needle_spans"])

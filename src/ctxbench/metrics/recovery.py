@@ -17,7 +17,7 @@ import numpy as np
 from ctxbench.core.errors import ExampleRefused
 from ctxbench.metrics.faithfulness import deletion_order
 from ctxbench.metrics.scorer import Metric, Scorer
-from ctxbench.core.part import param
+from ctxbench.core.part import neutral, param
 from ctxbench.utils.spans import tokens_overlapping
 
 
@@ -114,7 +114,13 @@ class RecoveryScorer(Scorer):
 
     ``skip_stop_tokens``: a method that removes stop tokens (its result has ``prompt_stop_mask``: FlashTrace) is
     scored on its non-stop prompt tokens only (ranking, k and gold), as the FlashTrace code scores it; false ranks
-    every prompt token for every method. Each record's ``recovery_budget`` holds k, the gold count and the ceiling."""
+    every prompt token for every method. Each record's ``recovery_budget`` holds k, the gold count and the ceiling.
+
+    ``hops`` (0: off): also the recall of each reasoning step's evidence, ``recall@hop1`` .. ``recall@hop<hops>``
+    (needles labelled ``hop``: hotpotqa_long's question decomposition), and of the bridge evidence,
+    ``recall@bridge``: the evidence sentences that contain no gold answer (``metadata.outputs``), which a method
+    that finds where the answer was copied from cannot find by that. Same ranking and budget k as ``recall``; an
+    example without such evidence leaves the figure out."""
     log_probs_only: ClassVar[bool] = True
 
     name: ClassVar[str] = "recovery"
@@ -123,13 +129,33 @@ class RecoveryScorer(Scorer):
     csv_label: ClassVar[str] = "Recovery"
     fraction: float = param(0.1, gt=0, le=1)
     skip_stop_tokens: bool = True
+    # figures added beside recall, recall itself unchanged: results made with or without them compare
+    hops: int = neutral(0, ge=0)
 
     @property
     def label(self) -> str:
         return f"Recall@{self.fraction * 100:g}%"
 
     def metrics(self) -> list[Metric]:
-        return [Metric("recall", self.label, higher_is_better=True)]
+        out = [Metric("recall", self.label, higher_is_better=True)]
+        if self.hops:
+            out += [Metric(f"recall@{s}", f"{self.label} ({s.replace('hop', 'hop ')})", higher_is_better=True)
+                    for s in ("bridge", *(f"hop{h}" for h in range(1, self.hops + 1)))]
+        return out
+
+    def csv_metrics(self) -> list[Metric]:
+        return self.metrics()[:1]  # FlashTrace's Recovery CSV columns
+
+    def subsets(self, prepared) -> dict[str, list[int]]:
+        """The evidence tokens of each subset ``hops`` asks for (bridge, hop1, ...), those with any."""
+        needles = prepared.example.metadata.get("needle_spans") or []
+        meta = prepared.example.metadata
+        answers = [a.lower() for a in (meta.get("outputs") or [meta.get("reference_answer") or ""]) if a]
+        groups = {"bridge": [n for n in needles if not any(a in n["sentence"].lower() for a in answers)]}
+        groups.update({f"hop{h}": [n for n in needles if n.get("hop") == h] for h in range(1, self.hops + 1)})
+        offsets = prepared.model_input.prompt_offsets
+        out = {name: gold_token_indices(offsets, [n["span"] for n in group]) for name, group in groups.items()}
+        return {name: tokens for name, tokens in out.items() if tokens}
 
     def check(self, examples, dataset):
         if not any(e.metadata.get("needle_spans") for e in examples):
@@ -143,6 +169,11 @@ class RecoveryScorer(Scorer):
             mask = ~np.asarray(result.prompt_stop_mask, dtype=bool)
         budget = recall_budget(int(result.P), gold, self.fraction, mask) if gold else None
         rec = {v: recall_at_fraction(w, gold, self.fraction, mask) for v, w in weights.items()} if budget else None
+        if rec and self.hops:
+            subsets = self.subsets(prepared)
+            rec = {v: {"recall": r, **{f"recall@{name}": recall_at_fraction(weights[v], tokens, self.fraction, mask)
+                                       for name, tokens in subsets.items()}}
+                   for v, r in rec.items()}
         skipped = None if rec else ("no prompt token overlaps the evidence spans" if not gold
                                     else "every evidence token is a stop token")
         return {self.name: rec, "recovery_skipped": skipped, "gold_tokens": len(gold or []),
@@ -150,4 +181,6 @@ class RecoveryScorer(Scorer):
                                                                 mask is not None}}
 
     def values(self, view_record):
-        return None if view_record is None else {"recall": view_record}
+        if view_record is None:
+            return None
+        return dict(view_record) if isinstance(view_record, dict) else {"recall": view_record}

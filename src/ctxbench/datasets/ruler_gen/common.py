@@ -9,6 +9,7 @@ and assembling the output line.
 - ``title`` / ``doc_index`` / ``document_number``: qa: the paragraph title, its 0-based position among the shuffled
   documents and the number printed as "Document {n}:"; niah/vt have no documents: all three are null.
 - ``snippet``: a short label for reports: the sentence cut to 80 characters ("..." when cut).
+- ``hop`` (qa rows with a ``question_decomposition`` only): the reasoning step the sentence supports, 1-based.
 
 Every line also carries ``tokenizer`` (``length.tokenizer_record``): the tokenizer its length was fitted with.
 """
@@ -76,6 +77,7 @@ class Evidence:
     title: Optional[str] = None
     doc_index: Optional[int] = None
     document_number: Optional[int] = None
+    hop: Optional[int] = None  # the reasoning step it supports (1, 2, ...: hotpotqa_long's question_decomposition)
 
 
 @dataclass
@@ -135,9 +137,12 @@ def needle_span_records(prompt: Prompt) -> list[dict]:
         span = [prompt.context_start + s, prompt.context_start + e]
         assert prompt.input[span[0]:span[1]] == ev.sentence, "evidence span does not match its sentence"
         snippet = ev.sentence if len(ev.sentence) <= SNIPPET_CHARS else ev.sentence[:SNIPPET_CHARS - 3] + "..."
-        out.append({"title": ev.title, "doc_index": ev.doc_index, "document_number": ev.document_number,
-                    "sentence_index": ev.sentence_index, "sentence": ev.sentence, "context_span": [s, e],
-                    "span": span, "snippet": snippet})
+        rec = {"title": ev.title, "doc_index": ev.doc_index, "document_number": ev.document_number,
+               "sentence_index": ev.sentence_index, "sentence": ev.sentence, "context_span": [s, e],
+               "span": span, "snippet": snippet}
+        if ev.hop is not None:  # only where steps are known: the files of the other tasks stay as they were
+            rec["hop"] = ev.hop
+        out.append(rec)
     return out
 
 

@@ -18,7 +18,8 @@ is reached (one that does not fit is skipped for the next); then all documents a
 Gold spans (``needle_spans``) = the supporting sentences: a HotpotQA-style ``supporting_facts`` list ([title, sentence
 index] pairs) when the row has one; otherwise, for each step of ``question_decomposition`` with a
 ``paragraph_support_title``, the sentences of that paragraph that contain the step's answer (all of the paragraph's
-sentences when none does: MoreHopQA keeps no sentence-level labels). Rows: the rows whose gold documents alone fit the
+sentences when none does: MoreHopQA keeps no sentence-level labels), each labelled with its step (``hop``, 1-based:
+the first hop's sentence is the bridge to the second paragraph). Rows: the rows whose gold documents alone fit the
 budget, in a seeded order fixed per task; sample i takes row i (modulo their number), so samples ask distinct questions
 as long as there are rows.
 """
@@ -26,7 +27,7 @@ as long as there are rows.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class QaRow:
     answer: str
     gold: tuple[Paragraph, ...]
     support: tuple[tuple[str, int], ...]  # (title, sentence index)
+    hops: dict = field(default_factory=dict, hash=False, compare=False)  # (title, sentence index) -> step, 1-based
 
 
 def _support(row: dict, gold: tuple[Paragraph, ...]) -> tuple[tuple[str, int], ...]:
@@ -95,6 +97,25 @@ def _support(row: dict, gold: tuple[Paragraph, ...]) -> tuple[tuple[str, int], .
     return tuple(sorted(pairs))
 
 
+def _hops(row: dict, gold: tuple[Paragraph, ...]) -> dict[tuple[str, int], int]:
+    """The reasoning step (1-based, in ``question_decomposition`` order) each support sentence serves, found as
+    ``_support`` finds it; a sentence two steps share is the first one's. Empty for a row without a decomposition
+    (a ``supporting_facts`` row has no step order)."""
+    if row.get("supporting_facts"):
+        return {}
+    by_title = {p.title: p for p in gold}
+    out: dict[tuple[str, int], int] = {}
+    for step, part in enumerate(row.get("question_decomposition") or [], 1):
+        para = by_title.get(part.get("paragraph_support_title") or "")
+        if para is None:
+            continue
+        ans = str(part.get("answer") or "").strip().lower()
+        hits = [i for i, s in enumerate(para.sentences) if ans and ans in s.lower()]
+        for i in hits or range(len(para.sentences)):
+            out.setdefault((para.title, i), step)
+    return out
+
+
 @lru_cache(maxsize=4)
 def load_rows(path: str) -> tuple[tuple[QaRow, ...], tuple[Paragraph, ...]]:
     """(rows, paragraph pool) of a MoreHopQA-format JSON array."""
@@ -110,7 +131,7 @@ def load_rows(path: str) -> tuple[tuple[QaRow, ...], tuple[Paragraph, ...]]:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: row {n}: field 'context'/'previous_question'/'previous_answer': {e!r}") from None
         gold = tuple(p for p in gold if p.text.strip())
-        rows.append(QaRow(str(q), str(a), gold, _support(r, gold)))
+        rows.append(QaRow(str(q), str(a), gold, _support(r, gold), _hops(r, gold)))
         for p in gold:
             pool.setdefault(p.title, p)  # first text of a title wins: deterministic
     return tuple(rows), tuple(pool[t] for t in sorted(pool))
@@ -214,7 +235,7 @@ def _fit_row(p: QaParams, row: QaRow, ranker: DistractorRanker, index: int, *, c
                     off = start + para.starts[si]
                     lead = len(sent) - len(sent.lstrip())
                     ctx.mark(off + lead, off + lead + len(sent.strip()), sent.strip(), si, title=para.title,
-                             doc_index=d, document_number=d + 1)
+                             doc_index=d, document_number=d + 1, hop=row.hops.get((para.title, si)))
         return fill_template(TEMPLATE, ctx.text(), ctx.evidence, query=row.question)
 
     # The printed document number varies with the shuffle; a two-digit stand-in keeps the estimate close.
