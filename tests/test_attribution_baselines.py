@@ -167,3 +167,31 @@ def test_integrated_gradients_stopped_mid_batch_keep_the_rows_summed(model, tmp_
     assert len(counted) == rows - 2  # only the rows of the second batch not summed when it stopped
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert not list((tmp_path / "partial").iterdir())
+
+
+def test_the_cost_ledger_counts_the_passes_where_they_run(model, monkeypatch):
+    """attribution.cost.counting_passes, checked against counts taken independently: integrated gradients with 6
+    points in batches of 3 run 2 forward calls of 3 sequences and one backward pass per explained row and batch
+    (torch.autograd.grad calls counted by hand); input x gradient one forward and a backward per row; the random
+    control none."""
+    from ctxbench.attribution import baselines
+    from ctxbench.attribution.cost import counting_passes
+
+    mi = make_input()
+    grad, calls = torch.autograd.grad, []
+    monkeypatch.setattr(baselines.torch.autograd, "grad", lambda *a, **k: calls.append(1) or grad(*a, **k))
+    with counting_passes(model) as ig:
+        make("integrated_gradients", ig_steps=6, ig_batch=3).attribute(model, FakeTokenizer(), mi)
+    assert (ig.forward_calls, ig.forward_sequences, ig.backward) == (2, 6, len(calls))
+    rows = len(calls) // 2
+    calls.clear()
+    with counting_passes(model) as ixg:
+        make("input_x_gradient").attribute(model, FakeTokenizer(), mi)
+    assert (ixg.forward_calls, ixg.forward_sequences, ixg.backward) == (1, 1, rows) and len(calls) == rows
+    with counting_passes(model) as rnd:
+        make("random").attribute(model, FakeTokenizer(), mi)
+    assert (rnd.forward_calls, rnd.backward) == (0, 0)
+    assert ig.peak_kind == "rss_growth" and ig.peak_mib >= 0
+    # after the block nothing is counted any more (the hooks are gone)
+    model(input_ids=mi.input_ids.view(1, -1))
+    assert rnd.forward_calls == 0

@@ -187,6 +187,27 @@ def test_time_per_stage(tmp_path):
     assert json.loads((tmp_path / "report" / "table1.json").read_text())["time"][0]["total_s"] == pytest.approx(6.0)
 
 
+def test_the_cost_ledger_table(tmp_path):
+    """Per run and method: forward sequences, backward passes and scoring sequences as median [min, max] over the
+    lines that carry a ledger (older lines have none and are left out), and the median peak memory added."""
+    from ctxbench.reporting.protocol import cost_rows
+
+    costs = [(10, 0, 2.0), (14, 0, 4.0), (30, 0, 8.0)]
+    led = [dict(r, cost={"forward_calls": f, "forward_sequences": f, "backward": b, "peak_mib": p,
+                         "peak_kind": "rss_growth"},
+                scoring_cost={"faithfulness": {"forward_sequences": 21}, "recovery": {"forward_sequences": 0}})
+           for r, (f, b, p) in zip([r for r in RECS if r["method"] == "attention"], costs)]
+    old = [r for r in RECS if r["method"] == "ifr_all_positions"]  # written before the ledger
+    jobs = find_jobs([write_job(tmp_path / "lanes" / "faith_rec", "dataset=niah_mq_q2", led + old,
+                                {"attention": {"_target_": "x"}, "ifr_all_positions": {"_target_": "y"}})])
+    rows = cost_rows(jobs)
+    assert [(r["method"], r["examples"], r["forward"], r["backward"], r["scoring_forward"], r["peak_mib"])
+            for r in rows] == [("attention", 3, (14.0, 10.0, 30.0), (0.0, 0.0, 0.0), (21.0, 21.0, 21.0), 4.0)]
+    _, _, table = write_table1(jobs, tmp_path / "report", view="row")
+    assert "## Cost ledger" in table
+    assert "| niah_mq_q2 | faith_rec | attention | 3 | 14 [10, 30] | 0 [0, 0] | 21 [21, 21] | 4 (rss_growth) |" in table
+
+
 def test_variants_side_by_side_with_the_paper(tmp_path):
     from omegaconf import OmegaConf
 

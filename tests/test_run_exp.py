@@ -35,6 +35,14 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     rec = json.loads(lines[0])
     assert {"example_id", "method", "faithfulness", "recovery", "attribution_s", "config"} <= set(rec)
     assert len(rec["faithfulness"]["seq"]["curve"]) == 11  # K + 1 points: the override reached the scorer
+    # the cost ledger: FlashTrace's capture is forward passes only; the deletion passes are the scoring's; the
+    # random control runs no pass
+    by_method = {r["method"]: r for r in map(json.loads, lines[:3])}
+    assert by_method["ifr_multi_hop"]["cost"]["forward_sequences"] >= 1
+    assert by_method["ifr_multi_hop"]["cost"]["backward"] == 0
+    assert by_method["random"]["cost"]["forward_sequences"] == 0
+    assert by_method["random"]["scoring_cost"]["faithfulness"]["forward_sequences"] >= 11
+    assert by_method["random"]["scoring_cost"]["recovery"]["forward_sequences"] == 0
     rows = list(csv.reader(open(out / "faithfulness" / "ifr_multi_hop.csv")))
     assert rows[0] == ["Method", "RISE", "MAS", "RISE+AP"] and rows[1][0] == "Seq Attr Scores Mean"
     assert (out / "recovery" / "random.csv").exists() and (out / "summary.md").exists()

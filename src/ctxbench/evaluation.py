@@ -17,6 +17,7 @@ from ctxbench.attribution import AttributionResult, Attributor, views as token_v
 from ctxbench.datasets.sentences import split_sentences
 from ctxbench.core.errors import DataError, ExampleRefused
 from ctxbench.example import CachedExample
+from ctxbench.attribution.cost import counting_passes
 from ctxbench.metrics.recovery import gold_token_indices
 from ctxbench.metrics.scorer import Scorer
 from ctxbench.prompts.formats import ModelInput, build_model_input
@@ -107,18 +108,22 @@ def evaluate_example(model, tokenizer, prepared: PreparedExample, attributors: d
     step = on_step or (lambda method, what: None)
     for name, attributor in attributors.items():
         step(name, "attribution")
-        result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span, rows)
+        with counting_passes(model) as cost:
+            result = attributor.attribute(model, tokenizer, mi, prepared.sink_span, prepared.thinking_span, rows)
         weights = view_weights(result, prepared.sink_span, views)
         record = {"example_id": prepared.example.example_id, "method": name, "P": mi.P, "G": mi.G,
                   "sink_span": prepared.sink_span, "thinking_span": prepared.thinking_span,
                   "spans": prepared.notes.get("spans"), "attribution_s": float(result.timings.get("total", 0.0)),
                   "attribution_timings": {k: float(v) for k, v in result.timings.items()},
-                  "attribution_info": result.info}
-        timings = {}
+                  "attribution_info": result.info, "cost": cost.to_dict()}
+        timings, costs = {}, {}
         for mode, scorer in scorers.items():
             step(name, mode)
             t0 = time.perf_counter()
-            record.update(scorer.score(model, tokenizer, prepared, result, weights))
+            with counting_passes(model) as scoring:
+                record.update(scorer.score(model, tokenizer, prepared, result, weights))
             timings[mode] = time.perf_counter() - t0
+            costs[mode] = scoring.to_dict()
         record["scoring_timings"] = timings
+        record["scoring_cost"] = costs
         yield name, result, record

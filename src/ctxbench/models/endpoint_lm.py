@@ -61,6 +61,7 @@ class EndpointLM:
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.config = SimpleNamespace(_name_or_path=f"{self.url}#{model_name}", model_type="endpoint")
         self.requests = 0  # sent (not read from the cache): what the bench counts
+        self.prompts = 0  # the prompts those requests carried (the cost ledger's forward sequences)
         # here, not at import: the passes that only ask ``is_endpoint`` stay light
         from ctxbench.models.openai_client import _Backoff, _SDKClient
 
@@ -119,6 +120,7 @@ class EndpointLM:
         except openai.APIError as exc:
             raise DataError(f"the endpoint refused the scoring request: {_reason(exc)}", file=self.url) from None
         self.requests += 1
+        self.prompts += len(prompts)
         out = [self._read(choice, prompts[choice.index]) for choice in sorted(reply.choices, key=lambda c: c.index)]
         if len(out) != len(prompts):
             raise DataError(f"{len(out)} completions for {len(prompts)} prompts", file=self.url)

@@ -22,9 +22,9 @@ from ctxbench.reporting.controls import (MARK, MARK_BETTER, any_control, control
 from ctxbench.reporting.curves import deletion_curve_plots
 from ctxbench.reporting.figures import deletion_set_chart, interval_chart
 from ctxbench.reporting.paper import load_paper, ordering_rows, ordering_table
-from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, budget_table, deletion_set_names,
-                                         deletion_set_rows, deletion_set_table, sampling_time_table, source_rows,
-                                         source_table, time_rows)
+from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, budget_table, cost_rows, cost_table,
+                                         deletion_set_names, deletion_set_rows, deletion_set_table,
+                                         sampling_time_table, source_rows, source_table, time_rows)
 from ctxbench.reporting.render import csv_text, render_page
 from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, common_examples, comparisons_table,
                                               direction, rows_from_cells, shown_metrics, table1_means, table1_table,
@@ -266,6 +266,7 @@ class _Report:
     budgets: list[dict[str, Any]]
     checks: list[dict[str, Any]]
     times: list[dict[str, Any]]
+    costs: list[dict[str, Any]]
 
     def n_of(self, dataset: str) -> str:
         return task_n(self.cells, dataset, self.methods)
@@ -306,7 +307,7 @@ def _gather(jobs: list[JobRun], view: str, stats: StatsSettings, least: MinExamp
         checks=control_rows(datasets, methods, headline_metrics(metrics, datasets, methods, cells, least), cells,
                             {d: example_values(recs, scorers, view) for d, (recs, scorers) in pooled.items()},
                             least, stats),
-        times=time_rows(jobs))
+        times=time_rows(jobs), costs=cost_rows(jobs))
 
 
 def _table1_page(r: _Report, out: Path) -> str:
@@ -333,7 +334,7 @@ def _table1_page(r: _Report, out: Path) -> str:
         if any(m["label"] == "LDS" for m in r.metrics) else [],
         sources=source_table(r.sources, r.least), budget=budget_table(r.budgets) if r.budgets else None,
         sampling_time=sampling_time_table(r.sources) if r.times else None,
-        attribution_time=attribution_time_table(r.times) if r.times else None)
+        attribution_time=attribution_time_table(r.times) if r.times else None, cost=cost_table(r.costs))
 
 
 def _pairs_page(r: _Report, out: Path) -> str:
@@ -357,7 +358,7 @@ def _table1_json(r: _Report) -> dict[str, Any]:
     return {
         "caption": r.caption, "models": report_models(r.jobs, r.sources),
         "min_examples": r.least.default, "min_examples_of": dict(r.least.of), "sources": r.sources,
-        "recall_budget": r.budgets, "deletion_sets": r.by_set, "controls": r.checks, "time": r.times,
+        "recall_budget": r.budgets, "deletion_sets": r.by_set, "controls": r.checks, "time": r.times, "cost": r.costs,
         "view": r.view, "stats": asdict(r.stats), "datasets": r.datasets, "methods": r.methods, "metrics": r.metrics,
         "cells": [{"dataset": d, "method": me, "n": max(cells[(d, me)]["runs_n"]),
                    "n_per_run": sorted(cells[(d, me)]["runs_n"]), "figures": cells[(d, me)]["stats"]}

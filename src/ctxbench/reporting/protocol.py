@@ -390,6 +390,48 @@ def time_rows(jobs) -> list[dict[str, Any]]:
     return out
 
 
+def cost_rows(jobs) -> list[dict[str, Any]]:
+    """Per task, run and method with a cost ledger (``attribution.cost``: result lines written since it exists):
+    the passes of the method and of its scoring, per example, as median and range, and the median peak memory
+    added."""
+    out = []
+    for job in jobs:
+        for method, recs in by_method(job.records()).items():
+            led = [r for r in recs if r.get("cost")]
+            if not led:
+                continue
+
+            def spread(values):
+                return float(np.median(values)), float(np.min(values)), float(np.max(values))
+
+            scoring = [sum(c.get("forward_sequences", 0) for c in (r.get("scoring_cost") or {}).values())
+                       for r in led]
+            peaks = [r["cost"]["peak_mib"] for r in led if r["cost"].get("peak_mib") is not None]
+            out.append({"dataset": job.dataset, "run": job.path.parent.name, "method": method, "examples": len(led),
+                        "forward": spread([r["cost"]["forward_sequences"] for r in led]),
+                        "backward": spread([r["cost"]["backward"] for r in led]),
+                        "scoring_forward": spread(scoring),
+                        "peak_mib": float(np.median(peaks)) if peaks else None,
+                        "peak_kind": led[0]["cost"].get("peak_kind")})
+    return out
+
+
+def cost_table(rows: list[dict[str, Any]]) -> Optional[Table]:
+    """``cost_rows`` as a table (None when no line has a ledger)."""
+    if not rows:
+        return None
+
+    def fig(t):
+        med, lo, hi = t
+        return f"{med:.0f} [{lo:.0f}, {hi:.0f}]"
+
+    return text_table(("task", "run", "method", "examples", "forward sequences", "backward passes",
+                       "scoring forward sequences", "peak MiB added"),
+                      [[r["dataset"], r["run"], r["method"], str(r["examples"]), fig(r["forward"]),
+                        fig(r["backward"]), fig(r["scoring_forward"]),
+                        "–" if r["peak_mib"] is None else f"{r['peak_mib']:.0f} ({r['peak_kind']})"] for r in rows])
+
+
 def sampling_time_table(sources: list[dict[str, Any]]) -> Optional[Table]:
     """Per sampled task: the sampling stage's wall time over the rows it tried, per row and per kept example (None
     when no cache recorded its time)."""
