@@ -5,8 +5,8 @@ Peers state their speed against different baselines (FlashTrace 130x over per-to
 leave-one-out, AttnTrace 15-20x over TracLLM); counting each method's passes on the same examples makes those claims
 comparable whatever the hardware:
 
-- ``forward_calls``: passes through the model's decoder stack (a batch is one pass); ``forward_sequences``: the sequences they
-  carried (the batch rows), the unit a leave-one-out method's cost grows in;
+- ``forward_calls``: passes through the model's decoder stack (a batch is one pass); ``forward_sequences``: the
+  sequences they carried (the batch rows), the unit a leave-one-out method's cost grows in;
 - ``backward``: backward passes that reach the model's input embeddings (a gradient method's one per explained token
   and batch of points, AttnLRP's relevance pass);
 - ``peak_mib``: on a GPU, the peak memory allocated during the step above what was allocated when it began; on a CPU,
