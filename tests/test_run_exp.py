@@ -41,7 +41,8 @@ def test_ifr_beats_random_end_to_end(tmp_path, capsys):
     assert by_method["ifr_multi_hop"]["cost"]["forward_sequences"] >= 1
     assert by_method["ifr_multi_hop"]["cost"]["backward"] == 0
     assert by_method["random"]["cost"]["forward_sequences"] == 0
-    assert by_method["random"]["scoring_cost"]["faithfulness"]["forward_sequences"] >= 11
+    # at most K + 1 = 11 deletion inputs; the distinct ones only (the scorer memoises repeated inputs)
+    assert 1 <= by_method["random"]["scoring_cost"]["faithfulness"]["forward_sequences"] <= 11
     assert by_method["random"]["scoring_cost"]["recovery"]["forward_sequences"] == 0
     rows = list(csv.reader(open(out / "faithfulness" / "ifr_multi_hop.csv")))
     assert rows[0] == ["Method", "RISE", "MAS", "RISE+AP"] and rows[1][0] == "Seq Attr Scores Mean"
