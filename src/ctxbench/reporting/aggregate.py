@@ -27,8 +27,9 @@ from ctxbench.reporting.protocol import (attribution_time_table, budget_rows, bu
                                          sampling_time_table, source_rows, source_table, time_rows)
 from ctxbench.reporting.render import csv_text, render_page
 from ctxbench.reporting.results_table import (MIN_STATS, MinExamples, Table, common_examples, comparisons_table,
-                                              direction, rows_from_cells, shown_metrics, table1_means, table1_table,
-                                              task_comparison_tables, too_few_rows, without_task_column)
+                                              direction, most_common_count, rows_from_cells, shown_metrics,
+                                              table1_means, table1_table, task_comparison_tables, too_few_rows,
+                                              without_task_column)
 from ctxbench.jobs.manifest import NEUTRAL_PREFIXES
 from ctxbench.jobs.results import JobRun, flatten, unfinished_note
 from ctxbench.utils.files import atomic_write_text
@@ -182,12 +183,8 @@ def _recompute_stats(cells: dict[tuple[str, str], dict], jobs: list[JobRun], vie
 def task_n(cells: dict[tuple[str, str], dict], dataset: str, methods: list[str]) -> Optional[int]:
     """The examples most of a task's methods were scored on (the larger count on a tie; a method's count: the
     largest of its joined runs), None when no method has a row there."""
-    counts: dict[int, int] = {}
-    for me in methods:
-        if (dataset, me) in cells and cells[(dataset, me)]["runs_n"]:
-            n = max(cells[(dataset, me)]["runs_n"])
-            counts[n] = counts.get(n, 0) + 1
-    return max(counts, key=lambda n: (counts[n], n)) if counts else None
+    return most_common_count(max(cells[(dataset, me)]["runs_n"]) for me in methods
+                             if (dataset, me) in cells and cells[(dataset, me)]["runs_n"])
 
 
 def comparisons(jobs: list[JobRun], view: str, stats: StatsSettings) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ paired comparisons; ``table1.csv`` is the means table (``table1_means``), render
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ctxbench.metrics.scorer import VIEW_LABELS
@@ -356,12 +357,16 @@ def common_examples(rows: Sequence[ResultRow], dataset: str, labels: Sequence[st
                     min_n: int = MIN_STATS) -> Optional[int]:
     """The example count most of the task's tabled methods rest on (the larger on a tie), None without a figure."""
     few = {me for me, _ in too_few_rows(rows, dataset, labels, min_n)}
-    counts: dict[int, int] = {}
-    for me in dict.fromkeys(r.name for r in rows if r.dataset == dataset and r.name not in few):
-        ns = row_examples(rows, dataset, me, labels)
-        if ns:
-            counts[ns[-1]] = counts.get(ns[-1], 0) + 1
-    return max(counts, key=lambda n: (counts[n], n)) if counts else None
+    per_method = (row_examples(rows, dataset, me, labels)
+                  for me in dict.fromkeys(r.name for r in rows if r.dataset == dataset and r.name not in few))
+    return most_common_count(ns[-1] for ns in per_method if ns)
+
+
+def most_common_count(counts: Iterable[int]) -> Optional[int]:
+    """The example count most methods of a task rest on (the larger on a tie), None without any: the n a task's
+    heading states."""
+    tally = Counter(counts)
+    return max(tally, key=lambda n: (tally[n], n)) if tally else None
 
 
 def table1_table(rows: Sequence[ResultRow], metrics: Sequence[Mapping[str, Any]],
