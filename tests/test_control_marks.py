@@ -13,6 +13,8 @@ from ctxbench.reporting.controls import (MARK, MARK_BETTER, MIN_PAIRED, control_
 from ctxbench.reporting.render import markdown
 from ctxbench.reporting.results_table import MinExamples
 
+from helpers.records import report_cells
+
 IDS = [f"e{i}" for i in range(12)]
 R = {"label": "Recall", "key": "recall", "higher_is_better": True}
 LDS = {"label": "LDS", "key": "lds", "higher_is_better": True}
@@ -20,20 +22,6 @@ LDS = {"label": "LDS", "key": "lds", "higher_is_better": True}
 
 def _per(values, ids=IDS):
     return dict(zip(ids, (float(v) for v in values)))
-
-
-def _cells(values):
-    """``{(task, method): cell}`` with the means of ``values[task][label][method]``, as the report builds them."""
-    cells = {}
-    for task, by_label in values.items():
-        for label, by in by_label.items():
-            for me, per in by.items():
-                c = cells.setdefault((task, me), {"method": me, "setting": "", "runs_n": {len(per)}, "stats": {}})
-                x = np.array(list(per.values()))
-                c["stats"][label] = {"mean": float(x.mean()), "std": float(x.std()), "n": len(x), "ci_low": None,
-                                     "ci_high": None}
-                c[label] = float(x.mean())
-    return cells
 
 
 # --- Holm ----------------------------------------------------------------------------------------------------------
@@ -89,7 +77,7 @@ def _four_controls():
 def test_significantly_better_not_worse_worse_and_too_few_get_their_own_marks():
     values = _four_controls()
     methods = ["flash", "attention", "copy_match", "position", "random", "random (seed=1)"]
-    rows = control_rows(["t"], methods, [R, LDS], _cells(values), values, MinExamples(10), StatsSettings())
+    rows = control_rows(["t"], methods, [R, LDS], report_cells(values), values, MinExamples(10), StatsSettings())
     rec, lds = rows
     by = {c["control"]: c for c in rec["controls"]}
     assert rec["best"] == "flash" and rec["holm_family"] == 3 and rec["min_paired"] == MIN_PAIRED == 10
@@ -133,7 +121,7 @@ def test_lower_is_better_the_marks_follow_the_direction():
     flash = 0.2 + 0.01 * np.arange(12)
     values = {"t": {"RISE": {"flash": _per(flash), "copy_match": _per(flash - 0.05 - 0.001 * np.arange(12)),
                              "random": _per(flash + 0.3)}}}
-    rows = control_rows(["t"], ["flash", "copy_match", "random"], [rise], _cells(values), values, MinExamples(10),
+    rows = control_rows(["t"], ["flash", "copy_match", "random"], [rise], report_cells(values), values, MinExamples(10),
                         StatsSettings())
     by = {c["control"]: c for c in rows[0]["controls"]}
     assert by["copy_match"]["significantly_better"] and by["copy_match"]["ci_high"] < 0
@@ -145,14 +133,14 @@ def test_a_one_example_sweep_marks_nothing():
     """Every method scored on one example (a smoke sweep, MinExamples(0)): no control is tested, none is marked."""
     values = {"t": {"Recall": {"flash": {"e0": 0.4}, "random": {"e0": 0.9}, "copy_match": {"e0": 0.1}},
                     "LDS": {"flash": {"e0": 0.2}, "random": {"e0": 0.2}}}}
-    rows = control_rows(["t"], ["flash", "copy_match", "random"], [R, LDS], _cells(values), values, MinExamples(0),
-                        StatsSettings())
+    rows = control_rows(["t"], ["flash", "copy_match", "random"], [R, LDS], report_cells(values), values,
+                        MinExamples(0), StatsSettings())
     assert marks(rows) == {} and all(r["informative"] is None and r["holm_family"] == 0 for r in rows)
     assert all(c["too_few"] and c["n"] == 1 for r in rows for c in r["controls"])
     assert verdict("t", rows) == ("Recall cannot be checked: only 1 paired example (fewer than 10); LDS cannot be "
                                   "checked: only 1 paired example (fewer than 10).")
     # the threshold is an argument: with min_paired=1 the same pairs are tested (and no test can separate them)
-    tested = control_rows(["t"], ["flash", "copy_match", "random"], [R, LDS], _cells(values), values,
+    tested = control_rows(["t"], ["flash", "copy_match", "random"], [R, LDS], report_cells(values), values,
                           MinExamples(0), StatsSettings(), min_paired=1)
     assert tested[0]["holm_family"] == 3 and set(marks(tested).values()) == {MARK}
 
@@ -172,7 +160,7 @@ def _worse_at_p_0_027():
 
 def test_a_control_one_test_finds_worse_is_not_worse_after_holm_over_the_family():
     values = _worse_at_p_0_027()
-    cells = _cells(values)
+    cells = report_cells(values)
     (alone,) = control_rows(["a"], ["flash", "random"], [R], cells, values, MinExamples(10), StatsSettings())
     (c,) = alone["controls"]
     assert c["p_value"] == pytest.approx(0.0269, abs=1e-4) and c["p_holm"] == c["p_value"] and c["ci_high"] < 0

@@ -11,6 +11,8 @@ from ctxbench.reporting.render import markdown
 from ctxbench.reporting.results_table import MinExamples, rows_from_cells, table1_table
 from ctxbench.metrics.stats import StatsSettings
 
+from helpers.records import report_cells
+
 IDS = [f"e{i}" for i in range(12)]
 R = {"label": "Recall", "key": "recall", "higher_is_better": True}
 RISE = {"label": "RISE", "key": "RISE", "higher_is_better": False}
@@ -21,16 +23,8 @@ def _per(values):
 
 
 def _cells(values):
-    """``{(task, method): cell}`` with the means of ``values[label][method]``."""
-    cells = {}
-    for label, by in values.items():
-        for me, per in by.items():
-            c = cells.setdefault(("t", me), {"method": me, "setting": "", "runs_n": {12}, "stats": {}})
-            x = np.array(list(per.values()))
-            c["stats"][label] = {"mean": float(x.mean()), "std": float(x.std()), "n": len(x), "ci_low": None,
-                                 "ci_high": None}
-            c[label] = float(x.mean())
-    return cells
+    """``{("t", method): cell}`` with the means of ``values[label][method]``."""
+    return report_cells({"t": values})
 
 
 def _values():

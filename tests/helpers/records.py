@@ -66,3 +66,20 @@ def whole_report(written) -> str:
     """``write_table1``'s table1.md text and the pairs.md beside it: the page a reader opens, then the rest."""
     md_path, _, md = written
     return md + (md_path.parent / "pairs.md").read_text(encoding="utf-8")
+
+
+def report_cells(values: dict) -> dict:
+    """``{(task, method): cell}`` as the report builds them, with the means of ``values[task][label][method]``
+    (``{example id: value}``)."""
+    import numpy as np
+
+    cells = {}
+    for task, by_label in values.items():
+        for label, by in by_label.items():
+            for me, per in by.items():
+                c = cells.setdefault((task, me), {"method": me, "setting": "", "runs_n": {len(per)}, "stats": {}})
+                x = np.array(list(per.values()))
+                c["stats"][label] = {"mean": float(x.mean()), "std": float(x.std()), "n": len(x), "ci_low": None,
+                                     "ci_high": None}
+                c[label] = float(x.mean())
+    return cells
