@@ -34,9 +34,11 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 
 
 def without_timings(obj):
-    """A results record (or a part of one) without its timing fields (``*_s``, ``*timings``), which differ per run."""
+    """A results record (or a part of one) without its measured fields, which differ per run: timings (``*_s``,
+    ``*timings``) and the cost ledger's peak memory (``peak_mib``; its pass counts stay)."""
     if isinstance(obj, dict):
-        return {k: without_timings(v) for k, v in obj.items() if not (k.endswith("_s") or k.endswith("timings"))}
+        return {k: without_timings(v) for k, v in obj.items()
+                if not (k.endswith("_s") or k.endswith("timings") or k == "peak_mib")}
     if isinstance(obj, list):
         return [without_timings(v) for v in obj]
     return obj

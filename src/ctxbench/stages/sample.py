@@ -171,10 +171,14 @@ def sample_stage(cfg: DictConfig, output_dir: str | Path) -> dict:
                            tokenizer=tokenizer, cache=store, max_examples=cfg.max_examples, chunk=cfg.chunk, **parts)
         store.finish()
     if not done:
-        log.info("nothing to do: the cache holds every row this run asks for (%d examples kept%s)", store.kept,
-                 f", max_examples={cfg.max_examples}" if cfg.max_examples is not None else "")
-        nothing_to_do()  # every row needed is in the cache: the job's record stays the one of the run that made it
+        _nothing_to_do(store.kept, cfg.max_examples)
     return _finish(output_dir, path)
+
+
+def _nothing_to_do(kept: int, max_examples: Optional[int]) -> None:
+    log.info("nothing to do: the cache holds every row this run asks for (%d examples kept%s)", kept,
+             f", max_examples={max_examples}" if max_examples is not None else "")
+    nothing_to_do()  # every row needed is in the cache: the job's record stays the one of the run that made it
 
 
 def _fitted_pool(cfg: DictConfig, retriever: Retriever) -> tuple[Path, list[dict]]:
