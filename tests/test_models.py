@@ -12,7 +12,6 @@ from ctxbench.models import ModelConfig, load_causal_lm, resolve_source
 from ctxbench.utils.assets import package_dir
 from ctxbench.models import causal_lm
 from ctxbench.models.causal_lm import ModelSource, pick_dtype
-from ctxbench.models.openai_client import OpenAIChat, api_key
 
 
 def test_resolve_sources(tmp_path):
@@ -76,15 +75,8 @@ def test_tiny_model_from_a_folder(tmp_path, smol_tokenizer):
         load_causal_lm(ModelConfig(path=str(tmp_path), attn_implementation="sdpa"), need_attentions=True)
 
 
-def test_openai_key_from_environment(monkeypatch):
-    cfg = ModelConfig(name="api", backend="openai", base_url="http://localhost:1/v1", model_name="m",
-                      api_key_env="CTXBENCH_TEST_KEY")
-    monkeypatch.delenv("CTXBENCH_TEST_KEY", raising=False)
-    with pytest.raises(RuntimeError, match="CTXBENCH_TEST_KEY is not set"):
-        api_key(cfg)
-    monkeypatch.setenv("CTXBENCH_TEST_KEY", "sk-secret")
-    client = OpenAIChat(cfg)
-    assert client.cfg.model_name == "m"
+def test_a_served_model_config_is_not_loaded_as_weights():
+    cfg = ModelConfig(name="api", backend="openai", base_url="http://localhost:1/v1", model_name="m")
     with pytest.raises(ValueError, match="local transformers"):
         load_causal_lm(cfg)
 

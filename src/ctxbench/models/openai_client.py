@@ -31,20 +31,11 @@ from typing import Any, Optional, Union
 import openai
 
 from ctxbench.utils.files import atomic_write_text
-from ctxbench.models.spec import ModelConfig
 from ctxbench.core.part import neutral, refuse
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-
-
-def api_key(cfg: ModelConfig) -> str:
-    key = os.environ.get(cfg.api_key_env)
-    if not key:
-        raise RuntimeError(f"model '{cfg.name}': environment variable {cfg.api_key_env} is not set "
-                           f"(model.api_key_env names the variable that holds the API key)")
-    return key
 
 
 @dataclass
@@ -297,24 +288,3 @@ def _server_message(exc: openai.APIStatusError) -> str:
     body = exc.body
     message = body.get("message") if isinstance(body, dict) else None
     return str(message or exc.response.reason_phrase or exc.message)[:200]
-
-
-class OpenAIChat:
-    """``complete(messages) -> str`` against ``cfg.base_url`` with ``cfg.model_name`` (the ``model`` group's ``openai``
-    backend; the sampling parts use ``EndpointSettings`` / ``ChatClient``). ``max_new_tokens`` (sent as
-    ``max_tokens``) and ``temperature`` are this wrapper's own: generation settings belong to the generator, not to
-    the model config."""
-
-    def __init__(self, cfg: ModelConfig, *, max_new_tokens: int = 256, temperature: float = 0.0):
-        if not cfg.base_url or not cfg.model_name:
-            raise ValueError(f"model '{cfg.name}': backend=openai needs model.base_url and model.model_name")
-        api_key(cfg)  # fail early when the key is missing
-        self.cfg = cfg
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self._client = ChatClient(cfg.base_url, cfg.model_name, api_key_env=cfg.api_key_env, timeout_s=cfg.timeout_s)
-
-    def complete(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
-        params = {"temperature": self.temperature, "max_tokens": kwargs.pop("max_tokens", self.max_new_tokens)}
-        params.update(kwargs)
-        return self._client.complete(messages, **params).text

@@ -1,5 +1,5 @@
 """Per-example HTML heat maps over the prompt tokens (the faithfulness mode's deletion-curve figure is its own:
-``ctxbench.metrics.deletion_plots``)."""
+``ctxbench.reporting.curves``)."""
 
 from __future__ import annotations
 

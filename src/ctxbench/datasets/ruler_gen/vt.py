@@ -158,12 +158,6 @@ def icl_layout(p: VtParams, counter: TokenCounter, budget: int, seed: int, task:
     return IclLayout(SENTENCE, base)
 
 
-def icl_noise_lines(p: VtParams, counter: TokenCounter, budget: int, seed: int, task: str) -> int:
-    """Noise units of the worked example (kept for callers of the earlier API; ``icl_layout`` also says which unit)."""
-    layout = icl_layout(p, counter, budget, seed, task)
-    return 0 if layout is None else layout.n
-
-
 class _Sample:
     """One sample's chains, worked example and prompt parts; ``render(unit, chosen)`` = its prompt with base +
     len(chosen) noise units."""
