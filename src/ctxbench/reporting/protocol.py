@@ -390,6 +390,11 @@ def time_rows(jobs) -> list[dict[str, Any]]:
     return out
 
 
+def _spread(values) -> tuple[float, float, float]:
+    """Median, min and max."""
+    return float(np.median(values)), float(np.min(values)), float(np.max(values))
+
+
 def cost_rows(jobs) -> list[dict[str, Any]]:
     """Per task, run and method with a cost ledger (``attribution.cost``: result lines written since it exists):
     the passes of the method and of its scoring, per example, as median and range, and the median peak memory
@@ -400,17 +405,13 @@ def cost_rows(jobs) -> list[dict[str, Any]]:
             led = [r for r in recs if r.get("cost")]
             if not led:
                 continue
-
-            def spread(values):
-                return float(np.median(values)), float(np.min(values)), float(np.max(values))
-
             scoring = [sum(c.get("forward_sequences", 0) for c in (r.get("scoring_cost") or {}).values())
                        for r in led]
             peaks = [r["cost"]["peak_mib"] for r in led if r["cost"].get("peak_mib") is not None]
             out.append({"dataset": job.dataset, "run": job.path.parent.name, "method": method, "examples": len(led),
-                        "forward": spread([r["cost"]["forward_sequences"] for r in led]),
-                        "backward": spread([r["cost"]["backward"] for r in led]),
-                        "scoring_forward": spread(scoring),
+                        "forward": _spread([r["cost"]["forward_sequences"] for r in led]),
+                        "backward": _spread([r["cost"]["backward"] for r in led]),
+                        "scoring_forward": _spread(scoring),
                         "peak_mib": float(np.median(peaks)) if peaks else None,
                         "peak_kind": led[0]["cost"].get("peak_kind")})
     return out

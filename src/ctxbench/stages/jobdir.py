@@ -141,12 +141,13 @@ class JobDir:
         from hydra.types import RunMode
         from omegaconf import OmegaConf
 
+        from ctxbench.stages.preflight import override_key
+
         hydra_cfg = HydraConfig.instance().cfg  # the `hydra` node alone, as Hydra saves it
         hc = hydra_cfg.hydra
         files = {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
                  # resume= names the folder the run goes on in, not a setting: the record stays as the run began
-                 "overrides.yaml": OmegaConf.to_yaml([o for o in hc.overrides.task
-                                                      if o.lstrip("+~").partition("=")[0] != "resume"])}
+                 "overrides.yaml": OmegaConf.to_yaml([o for o in hc.overrides.task if override_key(o) != "resume"])}
         sweep_dir = str(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
         return cls(hc.runtime.output_dir, files, resume_dir=sweep_dir or hc.runtime.output_dir, sweep_dir=sweep_dir,
                    stage=str(hc.job.name))

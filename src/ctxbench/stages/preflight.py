@@ -45,7 +45,8 @@ def check_overrides(conf_dir: str | Path, config_name: str, args: list[str]) -> 
         return f"cannot read the override: {_first_line(exc)}"
     overrides, dirs = [], [Path(conf_dir)]
     for text, o in zip(texts, parsed):
-        if _key(text) == "hydra.searchpath":  # config folders beside conf/: their options count, compose reads them
+        # config folders beside conf/: their options count, compose reads them
+        if override_key(text) == "hydra.searchpath":
             dirs += [Path(v[len("file://"):]) for v in o.value() or [] if str(v).startswith("file://")]
             overrides.append(text)
             continue
@@ -59,10 +60,10 @@ def check_overrides(conf_dir: str | Path, config_name: str, args: list[str]) -> 
             values = list(o.sweep_string_iterator()) if o.is_discrete_sweep() else []
             if not values:
                 continue  # a range or glob sweep: Hydra expands and checks it
-            options = _options(dirs, _key(text))
+            options = _options(dirs, override_key(text))
             for v in values[1:] if options else ():  # every option of a group sweep exists
                 if v not in options:
-                    return _missing_option(dirs, None, f"{_key(text)}/{v}")
+                    return _missing_option(dirs, None, f"{override_key(text)}/{v}")
             text = f"{o.get_key_element()}={values[0]}"
         overrides.append(text)
     return _compose_error(dirs, config_name, overrides)
@@ -110,12 +111,14 @@ def _compose_error(dirs: list[Path], config_name: str, overrides: list[str]) -> 
         cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
         full_key = getattr(cause, "full_key", None)
         if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and full_key:
-            rest = [o for o in overrides if _key(o) != full_key and not _key(o).startswith(full_key + ".")]
+            rest = [o for o in overrides
+                    if override_key(o) != full_key and not override_key(o).startswith(full_key + ".")]
             return _unknown_key(dirs, config_name, rest, full_key)
         return f"{full_key}: {_first_line(cause)}" if full_key else _first_line(cause)
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
+    """The key an override sets: without its ``+``/``~`` prefix, value and ``@package``."""
     return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
 
 

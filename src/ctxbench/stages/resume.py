@@ -25,7 +25,7 @@ import yaml
 
 from ctxbench.core.errors import ConfigError
 from ctxbench.jobs.manifest import NEUTRAL_PREFIXES
-from ctxbench.stages.preflight import split_args
+from ctxbench.stages.preflight import override_key, split_args
 
 # keys a resumed run may set to other values than its record: none of them changes a result line
 NEUTRAL_KEYS = NEUTRAL_PREFIXES + ("max_examples", "logger", "objective", "hydra.")
@@ -33,10 +33,6 @@ _MULTIRUN_FLAGS = ("-m", "--multirun")
 # Hydra settings the resumed run takes from the command line, not the record: how it runs and where (resume= names
 # the folder, so the recorded folder would only repeat it)
 _HYDRA_OWN = ("hydra.mode", "hydra.run.dir", "hydra.sweep.dir")
-
-
-def _key(text: str) -> str:
-    return text.lstrip("+~").partition("=")[0]
 
 
 def _value(text: str) -> str:
@@ -70,13 +66,13 @@ def merge_with_record(folder: Path, args: list[str], record: tuple[list[str], li
     """The command line that resumes ``folder``: its record, then what ``args`` add that changes no result, then
     ``resume=<folder>``; an override that would change a result is refused (``ConfigError``)."""
     task, hydra_ovs, sweep = record
-    task = [t for t in task if _key(t) != "resume"]
-    recorded = {_key(t): _value(t) for t in task}
+    task = [t for t in task if override_key(t) != "resume"]
+    recorded = {override_key(t): _value(t) for t in task}
     flags, given = split_args(args)
-    given = [a for a in given if _key(a) != "resume"]
+    given = [a for a in given if override_key(a) != "resume"]
     changed = []
     for text in given:
-        key = _key(text)
+        key = override_key(text)
         if _is_neutral(key) or recorded.get(key) == _value(text):
             continue
         was = f"{key}={recorded[key]}" if key in recorded else f"no {key} override"
@@ -85,9 +81,9 @@ def merge_with_record(folder: Path, args: list[str], record: tuple[list[str], li
         raise ConfigError(f"resume={folder}: {'; '.join(changed)}: its results were made with the recorded settings "
                           f"({folder / ('multirun.yaml' if sweep else '.hydra/overrides.yaml')}); start a new run "
                           f"for other settings")
-    given_keys = {_key(a) for a in given}
-    out = [t for t in task if _key(t) not in given_keys]
-    out += [h for h in hydra_ovs if _key(h) not in _HYDRA_OWN and _key(h) not in given_keys]
+    given_keys = {override_key(a) for a in given}
+    out = [t for t in task if override_key(t) not in given_keys]
+    out += [h for h in hydra_ovs if override_key(h) not in _HYDRA_OWN and override_key(h) not in given_keys]
     out += given + [f"resume={folder}"]
     if sweep and not any(f in flags for f in _MULTIRUN_FLAGS):
         flags = [*flags, "-m"]
@@ -97,7 +93,7 @@ def merge_with_record(folder: Path, args: list[str], record: tuple[list[str], li
 def resume_folder(conf_dir: Path, config_name: str, args: list[str]) -> Optional[Path]:
     """The folder ``resume=`` names in ``args`` (``latest`` resolved as the run would), or None without one."""
     texts = split_args(args)[1]
-    value = next((_value(a) for a in texts if _key(a) == "resume"), None)
+    value = next((_value(a) for a in texts if override_key(a) == "resume"), None)
     if value in (None, "", "null", "None"):
         return None
     if value != "latest":

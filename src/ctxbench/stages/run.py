@@ -43,7 +43,7 @@ from ctxbench.jobs.results import RESULTS
 from ctxbench.core.shards import Shard
 from ctxbench.stages.common import build_dataset, check_length, stage_paths, write_run_manifest
 from ctxbench.stages.jobdir import accept as accept_job, nothing_to_do, on_interrupt, shown
-from ctxbench.stages.run_shards import base_lines, write_shard_record
+from ctxbench.stages.run_shards import base_lines, same_settings, write_shard_record
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,7 @@ def _result_key(record: dict) -> str:
 
 def open_results(path: Path, fingerprints: dict[str, str]) -> AppendOnlyJsonl:
     """The per-example results file; lines of a method written under another config are refused, not mixed in."""
-
-    def check(obj: dict, lineno: int) -> None:
-        method = obj.get("method")
-        if method in fingerprints and obj.get("config") != fingerprints[method]:
-            raise DataError(f"written for method {method!r} under another configuration ({obj.get('config')} != "
-                            f"{fingerprints[method]}); use a new output dir", file=path, line=lineno, field="config")
-
-    return AppendOnlyJsonl(path, key=_result_key, validate=check)
+    return AppendOnlyJsonl(path, key=_result_key, validate=same_settings(fingerprints, path, "use a new output dir"))
 
 
 class JobResults:

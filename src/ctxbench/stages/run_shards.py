@@ -15,7 +15,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from omegaconf import OmegaConf
 
@@ -85,6 +85,18 @@ class _Shards:
     n_examples: int
 
 
+def same_settings(fingerprints: dict[str, str], path: Path, remedy: str) -> Callable[[dict, int], None]:
+    """A check of one result line (and its line number): a line of one of these methods made under other settings
+    than ``fingerprints`` says is refused, naming the file, line and field, and ``remedy``."""
+    def check(rec: dict, lineno: int) -> None:
+        method = rec.get("method")
+        if method in fingerprints and rec.get("config") != fingerprints[method]:
+            raise DataError(f"written for method {method!r} under another configuration ({rec.get('config')} != "
+                            f"{fingerprints[method]}); {remedy}", file=path, line=lineno, field="config")
+
+    return check
+
+
 def base_lines(base: str | Path, fingerprints: Optional[dict[str, str]] = None) -> dict[tuple[str, str], dict]:
     """The result lines of a task folder ``base`` (``<base>/results.jsonl``), by (example id, method): what a job
     with ``base=`` does not score again and what its merge starts from. Refused: no results file, a line twice, and
@@ -98,11 +110,8 @@ def base_lines(base: str | Path, fingerprints: Optional[dict[str, str]] = None) 
         key = (rec["example_id"], rec["method"])
         if key in lines:
             raise DataError(f"example {key[0]!r}, method {key[1]!r} twice", file=path, line=lineno)
-        want = (fingerprints or {}).get(rec["method"])
-        if want is not None and rec.get("config") != want:
-            raise DataError(f"written for method {rec['method']!r} under another configuration ({rec.get('config')} "
-                            f"!= {want}); a base must hold the run's own settings", file=path, line=lineno,
-                            field="config")
+        if fingerprints:
+            same_settings(fingerprints, path, "a base must hold the run's own settings")(rec, lineno)
         lines[key] = rec
     return lines
 
